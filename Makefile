@@ -1,0 +1,68 @@
+# torchdev: run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.setup-stamp
+IMG ?= ghcr.io/torchdev/torchdev-operator:0.1.0
+KUSTOMIZE := $(BIN)/kubectl kustomize
+KUBECTL := $(BIN)/kubectl
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export KUEUE_CRDS_DIR ?= $(abspath $(CURDIR)/../shared/schemas/kueue-v0.19.2)
+
+.PHONY: help setup demo test test-fast lint run install uninstall deploy undeploy bench docker-build clean
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements.yml pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python hack/install_collections.py
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
+
+demo: setup ## Run the demo: kubesim (or $$KUBECONFIG), CRDs, operator, a DevServer to Ready
+	$(BIN)/python hack/demo.py
+
+test: setup ## Run every test (unit, kubesim, e2e, molecule, lint)
+	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory lint
+
+lint: setup ## yamllint and ansible-lint (production profile)
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint --profile production --offline -q roles playbooks
+
+run: setup ## Run the operator against $$KUBECONFIG in the foreground
+	@if command -v ansible-operator >/dev/null 2>&1; then \
+	  ansible-operator run --watches-file=./watches.yaml; \
+	else \
+	  $(BIN)/torchdev-runtime --watches-file watches.yaml; \
+	fi
+
+install: setup ## Install the CRDs into the cluster in $$KUBECONFIG
+	$(KUSTOMIZE) config/crd | $(KUBECTL) apply --server-side -f -
+
+uninstall: setup ## Remove the CRDs from the cluster in $$KUBECONFIG
+	$(KUSTOMIZE) config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+deploy: setup ## Deploy the operator (CRDs, RBAC, manager) with image $$IMG
+	cd config/manager && ../../$(BIN)/kubectl kustomize . >/dev/null
+	$(KUSTOMIZE) config/default | sed "s#controller:latest#$(IMG)#" | $(KUBECTL) apply --server-side -f -
+
+undeploy: setup ## Remove the operator deployment (keeps user volumes)
+	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
+
+bench: setup ## Run the benchmarks in bench/ and print their figures
+	$(BIN)/python -m bench.kubesim_bench
+	$(BIN)/python -m bench.reconcile
+
+docker-build: ## Build the operator image (needs a Docker engine)
+	docker build -t $(IMG) .
+
+clean: ## Remove .venv and collections
+	rm -rf $(VENV) collections

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Install the Ansible collections pinned in requirements.yml without Galaxy.
+
+Galaxy is not reachable from our build machines, but PyPI is, and the
+``ansible`` community package on PyPI bundles the collections.  We download
+one pinned ``ansible`` wheel and extract *only* the pinned collections from it
+into ``./collections/ansible_collections``.  The collection version inside the
+wheel must equal the pin in requirements.yml, otherwise we fail loudly.
+
+Usage: install_collections.py [--dest collections] [--requirements requirements.yml]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+import yaml
+
+# The community package whose wheel carries the pinned collection versions.
+ANSIBLE_WHEEL = "ansible==12.3.0"
+
+
+def installed_version(dest: pathlib.Path, fqcn: str) -> str | None:
+    ns, name = fqcn.split(".")
+    manifest = dest / "ansible_collections" / ns / name / "MANIFEST.json"
+    if not manifest.exists():
+        return None
+    return json.loads(manifest.read_text())["collection_info"]["version"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dest", default="collections")
+    ap.add_argument("--requirements", default="requirements.yml")
+    args = ap.parse_args()
+    dest = pathlib.Path(args.dest)
+    wanted = {
+        c["name"]: str(c["version"])
+        for c in yaml.safe_load(pathlib.Path(args.requirements).read_text())["collections"]
+    }
+    missing = {n: v for n, v in wanted.items() if installed_version(dest, n) != v}
+    if not missing:
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--only-binary=:all:", ANSIBLE_WHEEL, "-d", tmp],
+            check=True,
+        )
+        wheel = next(pathlib.Path(tmp).glob("ansible-*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            for fqcn, version in missing.items():
+                ns, name = fqcn.split(".")
+                prefix = f"ansible_collections/{ns}/{name}/"
+                manifest = json.loads(zf.read(prefix + "MANIFEST.json"))
+                got = manifest["collection_info"]["version"]
+                if got != version:
+                    print(f"error: {wheel.name} carries {fqcn} {got}, requirements.yml pins {version}",
+                          file=sys.stderr)
+                    return 1
+                target = dest / "ansible_collections" / ns / name
+                shutil.rmtree(target, ignore_errors=True)
+                for member in zf.namelist():
+                    if member.startswith(prefix) and not member.endswith("/"):
+                        zf.extract(member, dest)
+                print(f"installed {fqcn} {version} into {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
