@@ -1,0 +1,440 @@
+"""HTTP layer: Kubernetes REST paths, discovery, watch streaming, admin endpoints."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from kubesim import errors
+from kubesim.apiserver import ApiServer
+from kubesim.faults import FaultInjector
+from kubesim.metrics import Metrics
+from kubesim.registry import ResourceType
+
+log = logging.getLogger("kubesim.server")
+
+K8S_VERSION_INFO = {
+    "major": "1", "minor": "33", "gitVersion": "v1.33.0-kubesim", "gitCommit": "kubesim",
+    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24",
+    "compiler": "gc", "platform": "linux/amd64",
+}
+
+PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+json": "apply",
+}
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(data, separators=(",", ":")).encode(), status=status,
+                        content_type="application/json")
+
+
+def _status_response(exc: errors.ApiError) -> web.Response:
+    return _json(exc.to_status(), exc.code)
+
+
+class Route:
+    """A parsed resource path."""
+
+    __slots__ = ("rt", "namespace", "name", "subresource", "group", "version")
+
+    def __init__(self, rt: ResourceType, namespace: str | None, name: str | None,
+                 subresource: str | None):
+        self.rt, self.namespace, self.name, self.subresource = rt, namespace, name, subresource
+
+    @property
+    def resource_label(self) -> str:
+        return self.rt.key + (f"/{self.subresource}" if self.subresource else "")
+
+
+class KubeSimServer:
+    def __init__(self, api: ApiServer, metrics: Metrics | None = None,
+                 faults: FaultInjector | None = None):
+        self.api = api
+        self.metrics = metrics or Metrics()
+        self.faults = faults or FaultInjector()
+        self._watch_tasks: set[asyncio.Task] = set()
+        self.app = web.Application(client_max_size=64 * 1024 * 1024,
+                                   middlewares=[self._middleware])
+        r = self.app.router
+        r.add_get("/version", self.version)
+        r.add_get("/healthz", self.ok)
+        r.add_get("/readyz", self.ok)
+        r.add_get("/livez", self.ok)
+        r.add_get("/api", self.core_versions)
+        r.add_get("/apis", self.api_groups)
+        r.add_get("/kubesim/metrics", self.get_metrics)
+        r.add_post("/kubesim/metrics/reset", self.reset_metrics)
+        r.add_get("/kubesim/requests", self.get_requests)
+        r.add_post("/kubesim/faults", self.add_fault)
+        r.add_get("/kubesim/faults", self.list_faults)
+        r.add_delete("/kubesim/faults", self.clear_faults)
+        r.add_route("*", "/api/{version}", self.core_resources)
+        r.add_route("*", "/api/{version}/{tail:.*}", self.dispatch)
+        r.add_get("/apis/{group}", self.group_versions)
+        r.add_route("*", "/apis/{group}/{version}", self.group_resources)
+        r.add_route("*", "/apis/{group}/{version}/{tail:.*}", self.dispatch)
+        r.add_route("*", "/{tail:.*}", self.not_found)
+
+    # -- middleware: metrics, faults, error mapping ------------------------------
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):
+        start = time.perf_counter()
+        request["kubesim.verb"] = request.method.lower()
+        request["kubesim.resource"] = ""
+        try:
+            response = await handler(request)
+        except errors.ApiError as exc:
+            response = _status_response(exc)
+        except web.HTTPException as exc:
+            response = exc
+        except ConnectionResetError:
+            raise
+        except Exception as exc:  # never crash: report a 500 Status
+            log.exception("internal error on %s %s", request.method, request.path)
+            response = _status_response(errors.ApiError(500, f"internal error: {exc}"))
+        if not request.path.startswith("/kubesim/"):
+            self.metrics.record(request["kubesim.verb"], request["kubesim.resource"],
+                                getattr(response, "status", 0), request.path,
+                                (time.perf_counter() - start) * 1000.0,
+                                request.headers.get("User-Agent", ""))
+        return response
+
+    async def _apply_faults(self, request: web.Request, verb: str, resource: str) -> None:
+        action = self.faults.check(verb, resource)
+        if action is None:
+            return
+        if action.latency_ms:
+            await asyncio.sleep(action.latency_ms / 1000.0)
+        if action.code == "drop":
+            if request.transport is not None:
+                request.transport.abort()
+            raise ConnectionResetError("kubesim: connection dropped by fault injection")
+        if action.code:
+            code = int(action.code)
+            msg = {409: "Operation cannot be fulfilled: the object has been modified "
+                        "(injected fault)",
+                   429: "Too many requests, please try again later (injected fault)",
+                   500: "Internal error (injected fault)"}.get(code, "injected fault")
+            exc = errors.ApiError(code, msg)
+            if code == 429:
+                exc.details["retryAfterSeconds"] = 1
+            raise exc
+
+    # -- plain endpoints ------------------------------------------------------
+    async def ok(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return _json(K8S_VERSION_INFO)
+
+    async def not_found(self, request: web.Request) -> web.Response:
+        raise errors.ApiError(404, "the server could not find the requested resource", "NotFound")
+
+    async def core_versions(self, request: web.Request) -> web.Response:
+        host = request.host.split(":")[0]
+        return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host}:{request.url.port}"}]})
+
+    def _group_obj(self, group: str, versions: list[str]) -> dict[str, Any]:
+        vs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"name": group, "versions": vs, "preferredVersion": vs[0]}
+
+    async def api_groups(self, request: web.Request) -> web.Response:
+        groups = [self._group_obj(g, vs) for g, vs in sorted(self.api.registry.groups().items())
+                  if g]
+        return _json({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+
+    async def group_versions(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        versions = self.api.registry.groups().get(group)
+        if not versions:
+            raise errors.ApiError(404, "the server could not find the requested resource",
+                                  "NotFound")
+        return _json({"kind": "APIGroup", "apiVersion": "v1", **self._group_obj(group, versions)})
+
+    def _resource_list(self, group: str, version: str) -> dict[str, Any]:
+        types = self.api.registry.resources_in(group, version)
+        if not types:
+            raise errors.ApiError(404, "the server could not find the requested resource",
+                                  "NotFound")
+        resources = []
+        for rt in sorted(types, key=lambda t: t.plural):
+            resources.append(rt.api_resource())
+            for sub in sorted(rt.subresources):
+                entry = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
+                         "kind": rt.kind if sub == "status" else "Scale",
+                         "verbs": ["get", "patch", "update"]}
+                if sub == "scale":
+                    entry["group"], entry["version"] = "autoscaling", "v1"
+                resources.append(entry)
+            if rt.key == "pods":
+                resources.append({"name": "pods/binding", "singularName": "", "namespaced": True,
+                                  "kind": "Binding", "verbs": ["create"]})
+                resources.append({"name": "pods/eviction", "singularName": "", "namespaced": True,
+                                  "group": "policy", "version": "v1", "kind": "Eviction",
+                                  "verbs": ["create"]})
+                for sub in ("log", "exec", "portforward"):
+                    resources.append({"name": f"pods/{sub}", "singularName": "", "namespaced": True,
+                                      "kind": "Pod" if sub == "log" else "PodExecOptions",
+                                      "verbs": ["get", "create"]})
+            if rt.key == "namespaces":
+                resources.append({"name": "namespaces/finalize", "singularName": "",
+                                  "namespaced": False, "kind": "Namespace", "verbs": ["update"]})
+        gv = f"{group}/{version}" if group else version
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                "resources": resources}
+
+    async def core_resources(self, request: web.Request) -> web.Response:
+        return _json(self._resource_list("", request.match_info["version"]))
+
+    async def group_resources(self, request: web.Request) -> web.Response:
+        return _json(self._resource_list(request.match_info["group"], request.match_info["version"]))
+
+    # -- admin endpoints -----------------------------------------------------------
+    async def get_metrics(self, request: web.Request) -> web.Response:
+        return _json(self.metrics.snapshot())
+
+    async def reset_metrics(self, request: web.Request) -> web.Response:
+        self.metrics.reset()
+        return _json({"reset": True})
+
+    async def get_requests(self, request: web.Request) -> web.Response:
+        limit = int(request.query.get("limit", "1000"))
+        return _json({"requests": self.metrics.recent(limit)})
+
+    async def add_fault(self, request: web.Request) -> web.Response:
+        try:
+            spec = await request.json()
+            rule = self.faults.add(**spec)
+        except (TypeError, ValueError, json.JSONDecodeError) as exc:
+            raise errors.bad_request(f"invalid fault rule: {exc}") from None
+        return _json(rule.describe(), 201)
+
+    async def list_faults(self, request: web.Request) -> web.Response:
+        return _json({"faults": [r.describe() for r in self.faults.rules]})
+
+    async def clear_faults(self, request: web.Request) -> web.Response:
+        self.faults.clear()
+        return _json({"cleared": True})
+
+    # -- resource dispatch -----------------------------------------------------------
+    def _route(self, request: web.Request) -> Route:
+        group = request.match_info.get("group", "")
+        version = request.match_info["version"]
+        segs = [s for s in request.match_info.get("tail", "").split("/") if s]
+        namespace = None
+        if len(segs) >= 3 and segs[0] == "namespaces" and segs[2] not in ("status", "finalize"):
+            namespace = segs[1]
+            segs = segs[2:]
+        if not segs or len(segs) > 3:
+            raise errors.ApiError(404, "the server could not find the requested resource",
+                                  "NotFound")
+        rt = self.api.registry.lookup(group, version, segs[0])
+        if rt is None:
+            gv = f"{group}/{version}" if group else version
+            raise errors.ApiError(404, f"the server could not find the requested resource "
+                                  f"(no resource \"{segs[0]}\" in {gv})", "NotFound",
+                                  {"kind": segs[0], "group": group})
+        if namespace is not None and not rt.namespaced:
+            raise errors.ApiError(404, f"the server could not find the requested resource "
+                                  f"({rt.key} is cluster-scoped)", "NotFound")
+        name = segs[1] if len(segs) >= 2 else None
+        sub = segs[2] if len(segs) == 3 else None
+        return Route(rt, namespace, name, sub)
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        ctype = request.content_type
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            first = str(exc).splitlines()[0]
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {first}") \
+                from None
+
+    @staticmethod
+    def _dry_run(request: web.Request) -> bool:
+        return "All" in request.query.getall("dryRun", [])
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        route = self._route(request)
+        q = request.query
+        method = request.method
+        watch = q.get("watch") in ("true", "1")
+        if method == "GET":
+            verb = "watch" if watch else ("get" if route.name else "list")
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                    "DELETE": "delete" if route.name else "deletecollection"}.get(method, method)
+        request["kubesim.verb"] = verb
+        request["kubesim.resource"] = route.resource_label
+        await self._apply_faults(request, verb, route.resource_label)
+        api, rt = self.api, route.rt
+        ns = route.namespace
+        if rt.namespaced and ns is None and method not in ("GET",):
+            if not (method == "POST" and route.name is None):
+                raise errors.ApiError(404, "the server could not find the requested resource",
+                                      "NotFound")
+        if route.subresource and route.subresource not in rt.subresources and not (
+                rt.key == "pods" and route.subresource in ("binding", "eviction", "log")) and not (
+                rt.key == "namespaces" and route.subresource == "finalize"):
+            raise errors.ApiError(404, f"the server could not find the requested resource "
+                                  f"({rt.key}/{route.subresource})", "NotFound")
+
+        if method == "GET":
+            if watch:
+                fs = q.get("fieldSelector")
+                if route.name:
+                    fs = ",".join(filter(None, [fs, f"metadata.name={route.name}"]))
+                return await self._watch(request, rt, ns, q.get("labelSelector"), fs,
+                                         q.get("resourceVersion"), q.get("timeoutSeconds"))
+            if route.name is None:
+                limit = int(q["limit"]) if q.get("limit", "").isdigit() else None
+                result = api.list(rt, ns, q.get("labelSelector"), q.get("fieldSelector"), limit,
+                                  q.get("continue"), copy_=False)
+                if "as=Table" in request.headers.get("Accept", ""):
+                    return _json(self._table(rt, result["items"], result["metadata"]))
+                return _json(result)
+            if route.subresource == "scale":
+                return _json(api.get_scale(rt, ns or "", route.name))
+            if route.subresource == "log":
+                return web.Response(text=self._pod_log(ns or "", route.name))
+            obj = api.get(rt, ns, route.name, copy_=False)
+            if "as=Table" in request.headers.get("Accept", ""):
+                return _json(self._table(rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
+            return _json(obj)
+
+        body = await self._body(request)
+        field_manager = q.get("fieldManager")
+        if method == "POST":
+            if route.name and not route.subresource:
+                raise errors.ApiError(405, "the server does not allow this method on the "
+                                      "requested resource", "MethodNotAllowed")
+            if route.subresource:
+                return _json(api.create(rt, body, ns, dry_run=self._dry_run(request),
+                                        subresource=route.subresource), 201)
+            if body is None:
+                raise errors.bad_request("the body of the request was empty")
+            return _json(api.create(rt, body, ns, dry_run=self._dry_run(request),
+                                    field_manager=field_manager), 201)
+        if method == "PUT":
+            if not route.name:
+                raise errors.ApiError(405, "the server does not allow this method on the "
+                                      "requested resource", "MethodNotAllowed")
+            if body is None:
+                raise errors.bad_request("the body of the request was empty")
+            if not isinstance(body, dict):
+                raise errors.bad_request("the body of the request must be a JSON object")
+            created = api.store.get(rt.key, ns or "", route.name) is None
+            obj = api.update(rt, body, ns, route.subresource, self._dry_run(request),
+                             field_manager, name=route.name)
+            return _json(obj, 201 if created and not route.subresource else 200)
+        if method == "PATCH":
+            if not route.name:
+                raise errors.ApiError(405, "the server does not allow this method on the "
+                                      "requested resource", "MethodNotAllowed")
+            ptype = PATCH_TYPES.get(request.content_type)
+            if ptype is None:
+                raise errors.ApiError(415, f"the body of the request was in an unknown format - "
+                                      f"accepted media types include: {', '.join(PATCH_TYPES)}",
+                                      "UnsupportedMediaType")
+            if body is None:
+                raise errors.bad_request("the body of the request was empty")
+            force = q.get("force") in ("true", "1")
+            existed = api.store.get(rt.key, ns or "", route.name) is not None
+            obj = api.patch(rt, ns, route.name, body, ptype, route.subresource, field_manager,
+                            force, self._dry_run(request))
+            return _json(obj, 201 if (ptype == "apply" and not existed) else 200)
+        if method == "DELETE":
+            opts = body if isinstance(body, dict) else {}
+            propagation = q.get("propagationPolicy") or opts.get("propagationPolicy")
+            if opts.get("orphanDependents") is True and not propagation:
+                propagation = "Orphan"
+            dry = self._dry_run(request) or "All" in (opts.get("dryRun") or [])
+            if route.name is None:
+                return _json(api.delete_collection(rt, ns, q.get("labelSelector"),
+                                                   q.get("fieldSelector"), propagation, dry))
+            obj = api.delete(rt, ns, route.name, propagation, opts.get("preconditions"), dry)
+            return _json(obj, 200)
+        raise errors.ApiError(405, "the server does not allow this method on the requested "
+                              "resource", "MethodNotAllowed")
+
+    def _pod_log(self, namespace: str, name: str) -> str:
+        pod = self.api.get("pods", namespace, name, copy_=False)
+        return (pod.get("metadata", {}).get("annotations") or {}).get("kubesim.io/log", "")
+
+    # -- tables (kubectl get) ----------------------------------------------------------
+    def _table(self, rt: ResourceType, items: list[dict], meta: dict) -> dict[str, Any]:
+        from kubesim.tables import table_for
+
+        return table_for(rt, items, meta)
+
+    # -- watch -------------------------------------------------------------------
+    async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None,
+                     label_selector: str | None, field_selector: str | None,
+                     resource_version: str | None, timeout: str | None) -> web.StreamResponse:
+        watcher, initial = self.api.watch(rt, ns, label_selector, field_selector, resource_version)
+        resp = web.StreamResponse(status=200)
+        resp.content_type = "application/json"
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        deadline = None
+        if timeout and timeout.isdigit():
+            deadline = asyncio.get_running_loop().time() + int(timeout)
+        api_version = rt.api_version
+
+        def encode(event_type: str, obj: dict) -> bytes:
+            if obj.get("apiVersion") != api_version:
+                obj = dict(obj, apiVersion=api_version)
+            return (json.dumps({"type": event_type, "object": obj}, separators=(",", ":"))
+                    + "\n").encode()
+
+        task = asyncio.current_task()
+        if task:
+            self._watch_tasks.add(task)
+        try:
+            for et, obj in initial:
+                await resp.write(encode(et, obj))
+            while True:
+                wait = None
+                if deadline is not None:
+                    wait = deadline - asyncio.get_running_loop().time()
+                    if wait <= 0:
+                        break
+                try:
+                    item = await asyncio.wait_for(watcher.queue.get(), wait)
+                except asyncio.TimeoutError:
+                    break
+                if item is None:  # closed (resource removed or shutdown)
+                    break
+                await resp.write(encode(*item))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.api.stop_watch(watcher)
+            if task:
+                self._watch_tasks.discard(task)
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return resp
+
+    async def close_watches(self) -> None:
+        self.api.store.close_watchers()
+        for t in list(self._watch_tasks):
+            t.cancel()
