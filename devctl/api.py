@@ -1,0 +1,271 @@
+"""Thin layer over the kubernetes Python client.
+
+Everything here returns plain dicts (camelCase, like the API's JSON) and raises
+:class:`devctl.errors.ApiError` subclasses with one-line messages. The
+``kubernetes`` package is imported lazily, on the first call that needs it, so
+``devctl --help`` stays fast and works without it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from typing import Any, Callable
+
+from . import GROUP, VERSION
+from .errors import ApiError, DevctlError, NotFound, one_line
+
+DEVSERVERS = "devservers"
+FLAVORS = "devserverflavors"
+# (connect, read) seconds for every request; a CLI should not hang forever.
+REQUEST_TIMEOUT = (10, 60)
+
+
+# -- kubeconfig (read without the kubernetes package) ---------------------------
+
+def kubeconfig_paths(kubeconfig: str | None) -> list[str]:
+    if kubeconfig:
+        return [os.path.expanduser(kubeconfig)]
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
+    return [os.path.expanduser("~/.kube/config")]
+
+
+def _load_kubeconfig_files(kubeconfig: str | None) -> tuple[str | None, dict[str, dict]]:
+    """Merge kubeconfig files like kubectl: first current-context and first context wins."""
+    import yaml  # lazy
+
+    current: str | None = None
+    contexts: dict[str, dict] = {}
+    for path in kubeconfig_paths(kubeconfig):
+        try:
+            with open(path) as fh:
+                data = yaml.safe_load(fh) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        current = current or data.get("current-context") or None
+        for entry in data.get("contexts") or []:
+            if isinstance(entry, dict) and entry.get("name") and entry["name"] not in contexts:
+                contexts[entry["name"]] = entry.get("context") or {}
+    return current, contexts
+
+
+def kubeconfig_context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    if kubeconfig and not os.path.exists(os.path.expanduser(kubeconfig)):
+        raise DevctlError(f"kubeconfig {kubeconfig} does not exist")
+    current, contexts = _load_kubeconfig_files(kubeconfig)
+    ctx = contexts.get(context or current or "")
+    ns = (ctx or {}).get("namespace")
+    return str(ns) if ns else None
+
+
+# -- the API -------------------------------------------------------------------------
+
+class Api:
+    """The Kubernetes calls devctl makes, as dicts, with devctl errors."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None):
+        self.kubeconfig = kubeconfig
+        self.context = context
+
+    # connection ---------------------------------------------------------------
+    @cached_property
+    def client(self):
+        from kubernetes import client, config  # lazy
+
+        cfg = client.Configuration()
+        paths = kubeconfig_paths(self.kubeconfig)
+        have_file = any(os.path.exists(p) for p in paths)
+        try:
+            if self.kubeconfig or have_file:
+                if self.kubeconfig and not os.path.exists(paths[0]):
+                    raise DevctlError(f"kubeconfig {self.kubeconfig} does not exist")
+                config.load_kube_config(
+                    config_file=os.pathsep.join(paths), context=self.context,
+                    client_configuration=cfg, persist_config=False,
+                )
+            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+                config.load_incluster_config(client_configuration=cfg)
+            else:
+                raise DevctlError(
+                    "no Kubernetes configuration found: set KUBECONFIG, pass --kubeconfig, "
+                    "or create ~/.kube/config"
+                )
+        except DevctlError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ConfigException, YAML errors, malformed entries
+            raise DevctlError(f"invalid Kubernetes configuration ({os.pathsep.join(paths)}): "
+                              f"{one_line(exc)}") from None
+        cfg.retries = 1
+        return client.ApiClient(cfg)
+
+    @property
+    def host(self) -> str:
+        return self.client.configuration.host
+
+    @cached_property
+    def custom(self):
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.client)
+
+    @cached_property
+    def core(self):
+        from kubernetes import client
+
+        return client.CoreV1Api(self.client)
+
+    @cached_property
+    def apps(self):
+        from kubernetes import client
+
+        return client.AppsV1Api(self.client)
+
+    @cached_property
+    def events_v1(self):
+        from kubernetes import client
+
+        return client.EventsV1Api(self.client)
+
+    def to_dict(self, obj: Any) -> Any:
+        return self.client.sanitize_for_serialization(obj)
+
+    def kubectl_args(self) -> list[str]:
+        """Global flags that make kubectl talk to the same cluster as devctl."""
+        args: list[str] = []
+        if self.kubeconfig:
+            args += ["--kubeconfig", self.kubeconfig]
+        if self.context:
+            args += ["--context", self.context]
+        return args
+
+    # error translation ----------------------------------------------------------
+    def _call(self, fn: Callable, *args, kind: str, name: str | None = None,
+              namespace: str | None = None, resource: str | None = None, **kwargs) -> Any:
+        from kubernetes.client.exceptions import ApiException  # lazy
+        import urllib3
+
+        try:
+            return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        except ApiException as exc:
+            raise self._translate(exc, kind, name, namespace, resource) from None
+        except urllib3.exceptions.HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(reason)}") from None
+        except OSError as exc:
+            raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(exc)}") from None
+
+    @staticmethod
+    def _translate(exc, kind: str, name: str | None, namespace: str | None,
+                   resource: str | None) -> ApiError:
+        status = exc.status
+        body: dict[str, Any] = {}
+        try:
+            body = json.loads(exc.body) if exc.body else {}
+        except (TypeError, ValueError):
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        message = one_line(body.get("message") or exc.reason or "")
+        reason = body.get("reason") or exc.reason
+        details = body.get("details") or {}
+        resource = resource or kind
+        if status == 404:
+            if name and (details.get("name") == name or f'"{name}" not found' in message):
+                return NotFound(kind, name, namespace)
+            hint = "; are the torchdev CRDs installed?" if resource.endswith(GROUP) else ""
+            return ApiError(f"the server has no resource {resource}{hint}", status=404, reason=reason)
+        if status == 409 and reason == "AlreadyExists":
+            where = f' in namespace "{namespace}"' if namespace else ""
+            return ApiError(f'{kind} "{name}" already exists{where}', status=409, reason=reason)
+        if status == 401:
+            return ApiError(f"unauthorized: {message or 'check the credentials in your kubeconfig'}",
+                            status=status, reason=reason)
+        if status == 403:
+            return ApiError(f"forbidden: {message}", status=status, reason=reason)
+        if status == 422:
+            return ApiError(message or f"{kind} {name} is invalid", status=status, reason=reason)
+        return ApiError(f"{reason or 'error'} ({status}): {message}", status=status, reason=reason)
+
+    # DevServers ----------------------------------------------------------------
+    def get_devserver(self, namespace: str, name: str) -> dict:
+        return self._call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace,
+                          DEVSERVERS, name, kind="devserver", name=name, namespace=namespace,
+                          resource=f"{DEVSERVERS}.{GROUP}")
+
+    def list_devservers(self, namespace: str | None) -> list[dict]:
+        if namespace is None:
+            result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, DEVSERVERS,
+                                kind="devserver", resource=f"{DEVSERVERS}.{GROUP}")
+        else:
+            result = self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace,
+                                DEVSERVERS, kind="devserver", namespace=namespace,
+                                resource=f"{DEVSERVERS}.{GROUP}")
+        return list(result.get("items") or [])
+
+    def create_devserver(self, namespace: str, body: dict) -> dict:
+        return self._call(self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
+                          DEVSERVERS, body, kind="devserver", name=body["metadata"]["name"],
+                          namespace=namespace, resource=f"{DEVSERVERS}.{GROUP}")
+
+    def delete_devserver(self, namespace: str, name: str) -> dict:
+        return self._call(self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace,
+                          DEVSERVERS, name, kind="devserver", name=name, namespace=namespace,
+                          resource=f"{DEVSERVERS}.{GROUP}")
+
+    # flavors --------------------------------------------------------------------
+    def get_flavor(self, name: str) -> dict:
+        return self._call(self.custom.get_cluster_custom_object, GROUP, VERSION, FLAVORS, name,
+                          kind="devserverflavor", name=name, resource=f"{FLAVORS}.{GROUP}")
+
+    def list_flavors(self) -> list[dict]:
+        result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, FLAVORS,
+                            kind="devserverflavor", resource=f"{FLAVORS}.{GROUP}")
+        return list(result.get("items") or [])
+
+    # core objects ---------------------------------------------------------------------
+    def list_pvcs(self, namespace: str, label_selector: str | None = None) -> list[dict]:
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        result = self._call(self.core.list_namespaced_persistent_volume_claim, namespace,
+                            kind="persistentvolumeclaim", namespace=namespace, **kwargs)
+        return list(self.to_dict(result).get("items") or [])
+
+    def get_pvc(self, namespace: str, name: str) -> dict:
+        return self.to_dict(self._call(self.core.read_namespaced_persistent_volume_claim, name, namespace,
+                                       kind="persistentvolumeclaim", name=name, namespace=namespace))
+
+    def delete_pvc(self, namespace: str, name: str) -> None:
+        self._call(self.core.delete_namespaced_persistent_volume_claim, name, namespace,
+                   kind="persistentvolumeclaim", name=name, namespace=namespace)
+
+    def get_service(self, namespace: str, name: str) -> dict:
+        return self.to_dict(self._call(self.core.read_namespaced_service, name, namespace,
+                                       kind="service", name=name, namespace=namespace))
+
+    def get_pod(self, namespace: str, name: str) -> dict:
+        return self.to_dict(self._call(self.core.read_namespaced_pod, name, namespace,
+                                       kind="pod", name=name, namespace=namespace))
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[dict]:
+        result = self._call(self.core.list_namespaced_pod, namespace, label_selector=label_selector,
+                            kind="pod", namespace=namespace)
+        return list(self.to_dict(result).get("items") or [])
+
+    def get_statefulset(self, namespace: str, name: str) -> dict:
+        return self.to_dict(self._call(self.apps.read_namespaced_stateful_set, name, namespace,
+                                       kind="statefulset", name=name, namespace=namespace))
+
+    def list_core_events(self, namespace: str, object_name: str) -> list[dict]:
+        result = self._call(self.core.list_namespaced_event, namespace,
+                            field_selector=f"involvedObject.name={object_name}",
+                            kind="event", namespace=namespace)
+        return list(self.to_dict(result).get("items") or [])
+
+    def list_events_v1(self, namespace: str, object_name: str) -> list[dict]:
+        result = self._call(self.events_v1.list_namespaced_event, namespace,
+                            field_selector=f"regarding.name={object_name}",
+                            kind="event", namespace=namespace)
+        return list(self.to_dict(result).get("items") or [])

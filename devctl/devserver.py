@@ -1,0 +1,560 @@
+"""``devctl create | list | get | delete``: DevServer objects (torchdev.io/v1alpha1)."""
+from __future__ import annotations
+
+import glob
+import re
+from datetime import datetime, timezone
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import click
+
+from . import API_VERSION
+from .config import EMAIL_RE, Settings
+from .context import kube_options, pass_settings
+from .errors import ApiError, DevctlError, NotFound
+from .output import (DURATION, age, as_list, info, output_option, parse_time, print_object,
+                     print_table, truncate, warn)
+from . import wait as waiting
+
+KIND = "DevServer"
+RESOURCE = "devserver.torchdev.io"
+# A DNS-1035 label (the SSH Service is named <name>-ssh). StatefulSet pods carry a
+# controller-revision-hash label "<name>-<hash>", so the name must stay <= 52.
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX = 52
+ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+# The CRD's rule for spec.sshPublicKeys items (config/crd/bases/torchdev.io_devservers.yaml).
+SSH_KEY_RE = re.compile(
+    r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh[.]com)"
+    r" AAAA[A-Za-z0-9+/]+={0,3}( [^\n]*)?$")
+MAX_SSH_KEYS = 32
+MAX_IDLE_TIMEOUT = 604800
+EVENTS_SHOWN = 10
+
+
+# -- helpers -------------------------------------------------------------------------
+
+def validate_name(_ctx, _param, value: str) -> str:
+    if not NAME_RE.match(value) or len(value) > NAME_MAX:
+        raise click.BadParameter(
+            f"{value!r} is not a valid devserver name: use lower-case letters, digits and '-', "
+            f"start with a letter, end with a letter or digit, at most {NAME_MAX} characters")
+    return value
+
+
+def desired_replicas(obj: dict) -> int:
+    spec = obj.get("spec") or {}
+    if spec.get("suspend"):
+        return 0
+    if spec.get("mode") == "distributed":
+        dist = spec.get("distributed") or {}
+        world = int(dist.get("worldSize") or 1)
+        per_node = int(dist.get("nprocsPerNode") or 1)
+        return max(world // max(per_node, 1), 1)
+    return 1
+
+
+def ready_column(obj: dict) -> str:
+    status = obj.get("status") or {}
+    replicas = status.get("replicas")
+    if replicas is None:
+        replicas = desired_replicas(obj)
+    return f"{status.get('readyReplicas') or 0}/{replicas}"
+
+
+def phase_of(obj: dict) -> str:
+    return (obj.get("status") or {}).get("phase") or "Pending"
+
+
+def read_ssh_keys(paths: Iterable[str], explicit: bool) -> list[str]:
+    """Public keys from files (one or more per file, authorized_keys style)."""
+    keys: list[str] = []
+    for path in paths:
+        p = Path(path).expanduser()
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            if explicit:
+                raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}",
+                                         param_hint="'--ssh-key-file'") from None
+            continue
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if not SSH_KEY_RE.match(line):
+                if "PRIVATE KEY" in text:
+                    raise click.BadParameter(f"{path} is a private key; pass the .pub file",
+                                             param_hint="'--ssh-key-file'")
+                raise click.BadParameter(
+                    f"{path}: not an OpenSSH public key line (ssh-ed25519 AAAA... comment)",
+                    param_hint="'--ssh-key-file'")
+            if line not in keys:
+                keys.append(line)
+    if len(keys) > MAX_SSH_KEYS:
+        raise click.BadParameter(f"at most {MAX_SSH_KEYS} SSH keys, got {len(keys)}",
+                                 param_hint="'--ssh-key-file'")
+    return keys
+
+
+def default_ssh_key_files() -> list[str]:
+    return sorted(glob.glob(str(Path.home() / ".ssh" / "id_*.pub")))
+
+
+def parse_env(values: Iterable[str]) -> list[dict]:
+    env: list[dict] = []
+    seen: dict[str, int] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not ENV_NAME_RE.match(name):
+            raise click.BadParameter(f"{item!r} must look like NAME=VALUE", param_hint="'--env'")
+        if name in seen:  # last one wins, like docker run -e
+            env[seen[name]]["value"] = value
+            continue
+        seen[name] = len(env)
+        env.append({"name": name, "value": value})
+    return env
+
+
+def build_devserver(
+    name: str,
+    namespace: str,
+    *,
+    owner: str,
+    flavor: str,
+    image: str | None = None,
+    home_size: str | None = None,
+    shared_claim: str | None = None,
+    ssh_keys: list[str] | None = None,
+    env: list[dict] | None = None,
+    idle_timeout: int | None = None,
+    auto_shutdown: bool | None = None,
+    distributed: bool = False,
+    replicas: int | None = None,
+    nprocs_per_node: int | None = None,
+    backend: str | None = None,
+) -> dict:
+    """The DevServer object ``devctl create`` submits. Unset options are left to
+    the CRD defaults (image, home size, idle timeout...)."""
+    spec: dict[str, Any] = {"owner": owner, "flavor": flavor}
+    if image:
+        spec["image"] = image
+    if distributed:
+        per_node = nprocs_per_node or 1
+        spec["mode"] = "distributed"
+        spec["distributed"] = {
+            "worldSize": int(replicas or 1) * per_node,
+            "nprocsPerNode": per_node,
+            "backend": backend or "nccl",
+        }
+    else:
+        spec["mode"] = "standalone"
+    if home_size:
+        spec["persistentHomeSize"] = home_size
+    if shared_claim:
+        spec["sharedVolumeClaimName"] = shared_claim
+    if ssh_keys:
+        spec["sshPublicKeys"] = list(ssh_keys)
+    if env:
+        spec["env"] = list(env)
+    lifecycle: dict[str, Any] = {}
+    if idle_timeout is not None:
+        lifecycle["idleTimeout"] = int(idle_timeout)
+    if auto_shutdown is not None:
+        lifecycle["autoShutdown"] = bool(auto_shutdown)
+    if lifecycle:
+        spec["lifecycle"] = lifecycle
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def home_pvcs(api, namespace: str, name: str) -> list[dict]:
+    """Home volumes of a DevServer: labelled torchdev.io/devserver=<name> or named home-<name>-<i>."""
+    pattern = re.compile(rf"^home-{re.escape(name)}-\d+$")
+    found = []
+    for pvc in api.list_pvcs(namespace):
+        meta = pvc.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get("torchdev.io/devserver") == name or pattern.match(meta.get("name", "")):
+            found.append(pvc)
+    return sorted(found, key=lambda p: p["metadata"]["name"])
+
+
+def pvc_size(pvc: dict) -> str:
+    capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    requested = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    return str(capacity or requested or "?")
+
+
+# -- create ---------------------------------------------------------------------------
+
+@click.command("create")
+@click.argument("name", callback=validate_name)
+@click.option("--flavor", required=True, help="DevServerFlavor name (see 'devctl flavors').")
+@click.option("--image", help="Container image (default: the CRD default PyTorch image).")
+@click.option("--home-size", metavar="QUANTITY",
+              help="Persistent home volume size, e.g. 200Gi (default 100Gi).")
+@click.option("--shared-claim", metavar="PVC", help="Existing PVC to mount at /shared (e.g. EFS).")
+@click.option("--ssh-key-file", "ssh_key_files", multiple=True, metavar="PATH",
+              help="SSH public key file (repeatable; default: ~/.ssh/id_*.pub).")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
+@click.option("--idle-timeout", type=DURATION, metavar="DURATION",
+              help="Idle time before auto-shutdown: seconds or 30m, 2h, 1d; 0 = never (default 1h).")
+@click.option("--auto-shutdown/--no-auto-shutdown", default=None,
+              help="Suspend the server after --idle-timeout of inactivity.")
+@click.option("--owner", metavar="EMAIL", help="Owner e-mail (default: config owner, git user.email).")
+@click.option("--distributed", is_flag=True, help="Distributed mode (a StatefulSet of --replicas nodes).")
+@click.option("--replicas", type=click.IntRange(1, 1024), help="Nodes (pods) in distributed mode.")
+@click.option("--nprocs-per-node", type=click.IntRange(1, 16), help="Processes per node (default 1).")
+@click.option("--backend", type=click.Choice(["nccl", "gloo"]), help="torch.distributed backend (default nccl).")
+@click.option("--wait", "wait_", is_flag=True, help="Wait until the server is Ready.")
+@click.option("--timeout", type=DURATION, default="10m", show_default=True, help="How long --wait waits.")
+@click.option("--dry-run", is_flag=True, help="Print the object instead of creating it (no API calls).")
+@output_option()
+@kube_options()
+@pass_settings
+def create(settings: Settings, name: str, flavor: str, image: str | None, home_size: str | None,
+           shared_claim: str | None, ssh_key_files: tuple[str, ...], env: tuple[str, ...],
+           idle_timeout: float | None, auto_shutdown: bool | None, owner: str | None,
+           distributed: bool, replicas: int | None, nprocs_per_node: int | None, backend: str | None,
+           wait_: bool, timeout: float, dry_run: bool, output: str) -> None:
+    """Create a dev server NAME of flavor --flavor.
+
+    \b
+    Examples:
+      devctl create my-dev --flavor gpu-a10g-1 --wait
+      devctl create train --flavor gpu-h100-8 --distributed --replicas 4 --nprocs-per-node 8
+    """
+    if (replicas or nprocs_per_node or backend) and not distributed:
+        raise click.UsageError("--replicas, --nprocs-per-node and --backend need --distributed")
+    if distributed and not replicas:
+        raise click.UsageError("--distributed needs --replicas N")
+    if distributed and replicas * (nprocs_per_node or 1) > 1024:
+        raise click.BadParameter("world size (replicas x nprocs-per-node) must be at most 1024",
+                                 param_hint="'--replicas'")
+    if home_size and not QUANTITY_RE.match(home_size):
+        raise click.BadParameter(f"{home_size!r} is not a size like 100Gi", param_hint="'--home-size'")
+    if idle_timeout is not None and not 0 <= idle_timeout <= MAX_IDLE_TIMEOUT:
+        raise click.BadParameter(f"must be between 0 and {MAX_IDLE_TIMEOUT} seconds (7d)",
+                                 param_hint="'--idle-timeout'")
+    owner = settings.owner(owner)
+    if not owner:
+        raise click.UsageError("no owner e-mail: pass --owner EMAIL or run 'devctl config set-owner EMAIL'")
+    if not EMAIL_RE.match(owner):
+        raise click.BadParameter(f"{owner!r} is not an e-mail address", param_hint="'--owner'")
+    env_vars = parse_env(env)
+    if ssh_key_files:
+        keys = read_ssh_keys(ssh_key_files, explicit=True)
+    else:
+        keys = read_ssh_keys(default_ssh_key_files(), explicit=False)
+    namespace = settings.namespace(owner_override=owner)
+    no_key_warning = ("no SSH public key found in ~/.ssh/id_*.pub; "
+                      "pass --ssh-key-file to be able to 'devctl ssh'") if not keys else None
+    body = build_devserver(
+        name, namespace, owner=owner, flavor=flavor, image=image, home_size=home_size,
+        shared_claim=shared_claim, ssh_keys=keys, env=env_vars,
+        idle_timeout=int(idle_timeout) if idle_timeout is not None else None,
+        auto_shutdown=auto_shutdown, distributed=distributed, replicas=replicas,
+        nprocs_per_node=nprocs_per_node, backend=backend,
+    )
+    if dry_run:
+        if no_key_warning:
+            warn(no_key_warning)
+        print_object(body, "json" if output == "json" else "yaml")
+        return
+
+    api = settings.api
+    try:
+        api.get_flavor(flavor)
+    except NotFound:
+        raise DevctlError(f'devserverflavor "{flavor}" not found (see \'devctl flavors\')') from None
+    except ApiError as exc:
+        if exc.status != 403:  # users may not be allowed to read flavors; the operator checks
+            raise
+    created = api.create_devserver(namespace, body)
+    if output == "table":
+        click.echo(f"{RESOURCE}/{name} created in namespace {namespace}")
+    else:
+        info(f"{RESOURCE}/{name} created in namespace {namespace}")
+    if no_key_warning:
+        warn(no_key_warning)
+    if wait_:
+        created = waiting.wait_ready(lambda: api.get_devserver(namespace, name),
+                                     f"devserver/{name}", timeout)
+        info(f"devserver/{name} is Ready; connect with: "
+             f"{(created.get('status') or {}).get('sshCommand') or f'devctl ssh {name} -n {namespace}'}")
+    if output != "table":
+        print_object(created, output)
+
+
+# -- list -----------------------------------------------------------------------------
+
+@click.command("list")
+@click.option("-A", "--all-namespaces", is_flag=True, help="List dev servers in every namespace.")
+@output_option()
+@kube_options()
+@pass_settings
+def list_(settings: Settings, all_namespaces: bool, output: str) -> None:
+    """List dev servers."""
+    namespace = None if all_namespaces else settings.namespace()
+    items = settings.api.list_devservers(namespace)
+    items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+    if output != "table":
+        print_object(as_list(items), output)
+        return
+    headers = ["NAME", "FLAVOR", "MODE", "PHASE", "READY", "AGE"]
+    if all_namespaces:
+        headers.insert(0, "NAMESPACE")
+    rows = []
+    for obj in items:
+        spec = obj.get("spec") or {}
+        row = [obj["metadata"]["name"], spec.get("flavor", ""), spec.get("mode") or "standalone",
+               phase_of(obj), ready_column(obj), age(obj["metadata"].get("creationTimestamp"))]
+        if all_namespaces:
+            row.insert(0, obj["metadata"].get("namespace", ""))
+        rows.append(row)
+    where = "any namespace" if all_namespaces else f'namespace "{namespace}"'
+    print_table(headers, rows, empty=f"No devservers found in {where}.")
+
+
+# -- get ------------------------------------------------------------------------------
+
+def _event_time(ev: dict):
+    for key in ("lastTimestamp", "eventTime", "deprecatedLastTimestamp", "firstTimestamp"):
+        t = parse_time(ev.get(key))
+        if t:
+            return t
+    t = parse_time(((ev.get("series") or {}).get("lastObservedTime")))
+    return t or parse_time((ev.get("metadata") or {}).get("creationTimestamp"))
+
+
+def normalize_event(ev: dict) -> dict:
+    """core/v1 and events.k8s.io/v1 events in one shape."""
+    obj = ev.get("involvedObject") or ev.get("regarding") or {}
+    series_t = parse_time(((ev.get("series") or {}).get("lastObservedTime")))
+    when = series_t or _event_time(ev)
+    return {
+        "uid": (ev.get("metadata") or {}).get("uid"),
+        "time": when,
+        "type": ev.get("type") or "",
+        "reason": ev.get("reason") or "",
+        "object": f"{(obj.get('kind') or '').lower()}/{obj.get('name', '')}",
+        "message": ev.get("message") or ev.get("note") or "",
+        "count": ev.get("count") or ev.get("deprecatedCount") or (ev.get("series") or {}).get("count") or 1,
+    }
+
+
+def recent_events(api, namespace: str, names: Iterable[str], limit: int = EVENTS_SHOWN) -> list[dict]:
+    """Events about the given object names (core/v1 and events.k8s.io/v1), oldest first."""
+    seen: set = set()
+    events: list[dict] = []
+    for name in names:
+        for lister in (api.list_core_events, api.list_events_v1):
+            try:
+                raw = lister(namespace, name)
+            except ApiError:
+                continue  # events are a help, never a reason to fail `get`
+            for ev in raw:
+                norm = normalize_event(ev)
+                key = norm["uid"] or (norm["reason"], norm["object"], norm["message"], norm["time"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                events.append(norm)
+    floor = datetime.min.replace(tzinfo=timezone.utc)
+    events.sort(key=lambda e: e["time"] or floor)
+    return events[-limit:]
+
+
+def _pod_row(pod: dict) -> list[str]:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    total = len(statuses) or len(((pod.get("spec") or {}).get("containers")) or [])
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    state = status.get("phase") or "Pending"
+    for c in statuses:
+        waiting_state = (c.get("state") or {}).get("waiting") or {}
+        if waiting_state.get("reason"):
+            state = waiting_state["reason"]
+    if meta.get("deletionTimestamp"):
+        state = "Terminating"
+    return [meta.get("name", ""), f"{ready}/{total}", state, str(restarts),
+            (pod.get("spec") or {}).get("nodeName") or "<none>", status.get("podIP") or "<none>",
+            age(meta.get("creationTimestamp"))]
+
+
+def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> str:
+    """The table-mode view of ``devctl get``: a kubectl-describe-like summary."""
+    from .output import format_table
+
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    name, ns = meta.get("name", ""), meta.get("namespace", "")
+    lines: list[tuple[str, Any]] = [
+        ("Name", name), ("Namespace", ns), ("Owner", spec.get("owner", "")),
+        ("Flavor", spec.get("flavor", "")), ("Mode", spec.get("mode") or "standalone"),
+    ]
+    if spec.get("mode") == "distributed":
+        d = spec.get("distributed") or {}
+        lines.append(("Distributed", f"worldSize {d.get('worldSize')}, nprocsPerNode "
+                                     f"{d.get('nprocsPerNode', 1)}, backend {d.get('backend', 'nccl')}"))
+    lines += [
+        ("Image", spec.get("image") or "<default>"),
+        ("Home", f"{spec.get('persistentHomeSize', '100Gi')} ({spec.get('homeStorageClassName', 'gp3')}, "
+                 f"{spec.get('homeRetentionPolicy', 'Retain')})"),
+    ]
+    if spec.get("sharedVolumeClaimName"):
+        lines.append(("Shared", f"{spec['sharedVolumeClaimName']} at /shared"))
+    lc = spec.get("lifecycle") or {}
+    if lc:
+        lines.append(("Lifecycle", f"idleTimeout {lc.get('idleTimeout', 3600)}s, "
+                                   f"autoShutdown {str(lc.get('autoShutdown', False)).lower()}"))
+    if spec.get("suspend"):
+        lines.append(("Suspend", "true"))
+    lines.append(("Created", f"{meta.get('creationTimestamp', '')} ({age(meta.get('creationTimestamp'))} ago)"))
+    lines.append(("Phase", phase_of(obj)))
+    lines.append(("Replicas", f"{ready_column(obj)} ready"))
+    if spec.get("enableSSH", True) is False:
+        lines.append(("SSH", "disabled"))
+    else:
+        lines.append(("SSH endpoint", status.get("sshEndpoint") or "<pending>"))
+        lines.append(("Connect", status.get("sshCommand") or f"devctl ssh {name} -n {ns}"))
+    width = max(len(k) for k, _ in lines) + 2
+    out = [f"{k + ':':<{width}}{v}" for k, v in lines]
+
+    conds = status.get("conditions") or []
+    out.append("")
+    out.append("Conditions:")
+    if conds:
+        rows = [[c.get("type", ""), c.get("status", ""), c.get("reason", ""),
+                 truncate(c.get("message", ""), 80), age(c.get("lastTransitionTime"))] for c in conds]
+        out += ["  " + line for line in
+                format_table(["TYPE", "STATUS", "REASON", "MESSAGE", "AGE"], rows).splitlines()]
+    else:
+        out.append("  <none>")
+
+    if pods is not None:
+        out.append("")
+        out.append("Pods:")
+        if pods:
+            rows = [_pod_row(p) for p in sorted(pods, key=lambda p: p["metadata"]["name"])]
+            out += ["  " + line for line in format_table(
+                ["NAME", "READY", "STATUS", "RESTARTS", "NODE", "IP", "AGE"], rows).splitlines()]
+        else:
+            out.append("  <none>")
+
+    if events is not None:
+        out.append("")
+        out.append("Events:")
+        if events:
+            rows = [[age(e["time"]) if e["time"] else "<unknown>", e["type"], e["reason"], e["object"],
+                     truncate(e["message"], 100)] for e in events]
+            out += ["  " + line for line in format_table(
+                ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows).splitlines()]
+        else:
+            out.append("  <none>")
+    return "\n".join(out)
+
+
+@click.command("get")
+@click.argument("name")
+@output_option()
+@kube_options()
+@pass_settings
+def get(settings: Settings, name: str, output: str) -> None:
+    """Show a dev server: spec, status, conditions, pods and recent events."""
+    namespace = settings.namespace()
+    api = settings.api
+    obj = api.get_devserver(namespace, name)
+    if output != "table":
+        print_object(obj, output)
+        return
+    try:
+        pods = api.list_pods(namespace, f"torchdev.io/devserver={name}")
+    except ApiError:
+        pods = None
+    names = [name] + [p["metadata"]["name"] for p in (pods or [])][:8]
+    click.echo(describe(obj, pods, recent_events(api, namespace, names)))
+
+
+# -- delete ---------------------------------------------------------------------------
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@click.command("delete")
+@click.argument("name")
+@click.option("--purge", is_flag=True, help="Also delete the home volume(s); their data is lost.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (needed for --purge without a terminal).")
+@click.option("--wait", "wait_", is_flag=True, help="Wait until the objects are gone.")
+@click.option("--timeout", type=DURATION, default="5m", show_default=True, help="How long --wait waits.")
+@kube_options()
+@pass_settings
+def delete(settings: Settings, name: str, purge: bool, yes: bool, wait_: bool, timeout: float) -> None:
+    """Delete a dev server. Home volumes are kept unless --purge."""
+    namespace = settings.namespace()
+    api = settings.api
+    try:
+        obj = api.get_devserver(namespace, name)
+    except NotFound:
+        obj = None
+    try:
+        pvcs = home_pvcs(api, namespace, name)
+    except ApiError as exc:
+        if purge:
+            raise
+        warn(f"cannot list home volumes: {exc.format_message()}")
+        pvcs = []
+    if obj is None and not (purge and pvcs):
+        raise NotFound("devserver", name, namespace)
+
+    if purge and pvcs and not yes:
+        listing = ", ".join(f"{p['metadata']['name']} ({pvc_size(p)})" for p in pvcs)
+        if not _stdin_is_tty():
+            raise DevctlError(f"refusing to delete home volume(s) {listing} without confirmation: "
+                              "stdin is not a terminal; pass --yes to confirm")
+        click.confirm(f"Delete devserver {name} and home volume(s) {listing} in namespace {namespace}? "
+                      "The data on them is lost", abort=True, err=True)
+
+    gone: dict[str, Any] = {}
+    if obj is not None:
+        api.delete_devserver(namespace, name)
+        click.echo(f'{RESOURCE} "{name}" deleted from namespace {namespace}')
+        gone[f"devserver/{name}"] = lambda: api.get_devserver(namespace, name)
+    else:
+        info(f'devserver "{name}" is already gone; deleting its home volumes')
+
+    retention = ((obj or {}).get("spec") or {}).get("homeRetentionPolicy", "Retain")
+    hint_ns = f" -n {namespace}" if settings.namespace_flag else ""
+    for pvc in pvcs:
+        pvc_name = pvc["metadata"]["name"]
+        if purge:
+            try:
+                api.delete_pvc(namespace, pvc_name)
+            except NotFound:
+                continue
+            click.echo(f'persistentvolumeclaim "{pvc_name}" ({pvc_size(pvc)}) deleted')
+            gone[f"persistentvolumeclaim/{pvc_name}"] = (
+                lambda n=pvc_name: api.get_pvc(namespace, n))
+        elif retention == "Delete":
+            click.echo(f"home volume {pvc_name} ({pvc_size(pvc)}) is deleted with the server "
+                       "(homeRetentionPolicy: Delete)")
+        else:
+            click.echo(f"kept home volume {pvc_name} ({pvc_size(pvc)}); "
+                       f"delete it with devctl delete {name}{hint_ns} --purge")
+    if wait_ and gone:
+        waiting.wait_gone(gone, timeout)
+
+
+COMMANDS = (create, list_, get, delete)

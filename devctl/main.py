@@ -1,0 +1,96 @@
+"""devctl: GPU dev servers on Kubernetes (torchdev).
+
+Import discipline: this module and the command modules import only click and
+the standard library at import time; ``kubernetes`` is imported by
+``devctl.api`` on the first API call, so ``devctl --help`` stays fast.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from . import API_VERSION, __version__
+from .config import Settings, config_group
+from .devserver import create, delete, get, list_
+from .errors import one_line
+from .flavor import flavors
+from .output import dump_json, output_option
+from .ssh import ssh
+
+
+class DevctlGroup(click.Group):
+    """Prints every error as one ``error: ...`` line: exit 2 for usage, 1 otherwise."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"error: {one_line(exc.format_message())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        except BrokenPipeError:
+            # `devctl list | head`: stop quietly, like kubectl.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group("devctl", cls=DevctlGroup, context_settings=CONTEXT_SETTINGS)
+@click.option("--kubeconfig", metavar="PATH", envvar=None, help="Path to the kubeconfig file (default $KUBECONFIG, ~/.kube/config).")
+@click.option("--context", "kube_context", metavar="NAME", help="Kubeconfig context to use.")
+@click.option("-n", "--namespace", metavar="NS",
+              help="Namespace (default: devctl config, kube context namespace, dev-<user>).")
+@click.version_option(__version__, "--version", prog_name="devctl", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
+    """Create and use GPU dev servers on Kubernetes (torchdev).
+
+    \b
+    Quick start:
+      devctl flavors
+      devctl create my-dev --flavor gpu-a10g-1 --wait
+      devctl ssh my-dev
+      devctl delete my-dev
+    """
+    settings = ctx.ensure_object(Settings)
+    # Options given after the subcommand are applied later and win.
+    settings.kubeconfig = kubeconfig
+    settings.context = kube_context
+    settings.namespace_flag = namespace
+
+
+@cli.command("version")
+@output_option(default="text", formats=("text", "json", "yaml"))
+def version(output: str) -> None:
+    """Print the devctl version and the API version it speaks."""
+    info = {"clientVersion": __version__, "apiVersion": API_VERSION,
+            "python": ".".join(map(str, sys.version_info[:3]))}
+    if output == "json":
+        click.echo(dump_json(info))
+    elif output == "yaml":
+        from .output import dump_yaml
+
+        click.echo(dump_yaml(info), nl=False)
+    else:
+        click.echo(f"devctl {__version__} ({API_VERSION}, python {info['python']})")
+
+
+for _command in (create, list_, get, delete, ssh, flavors, config_group):
+    cli.add_command(_command)
+
+if __name__ == "__main__":  # pragma: no cover
+    cli()

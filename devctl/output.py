@@ -1,0 +1,205 @@
+"""Output helpers: kubectl-like tables, JSON/YAML, ages, progress lines.
+
+Machine output (json/yaml/tables) goes to stdout without colour; progress and
+warnings go to stderr. ``tabulate`` and ``yaml`` are imported lazily.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+import click
+
+OUTPUT_FORMATS = ("table", "json", "yaml")
+
+
+def output_option(*, default: str = "table", formats: Sequence[str] = OUTPUT_FORMATS):
+    """The ``-o/--output`` option shared by every command that prints objects."""
+    return click.option(
+        "-o", "--output", "output",
+        type=click.Choice(list(formats), case_sensitive=False),
+        default=default, show_default=True,
+        help="Output format (json/yaml print the API objects).",
+    )
+
+
+# -- time --------------------------------------------------------------------
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Parse an RFC3339 timestamp (``Z``, offsets, fractions) or a datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    text = str(value).strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's HumanDuration (k8s.io/apimachinery/pkg/util/duration)."""
+    s = int(seconds)
+    if s < 0:
+        return "0s"  # clock skew: kubectl shows a small value, never negative
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        rest = s % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    years = hours // (24 * 365)
+    if years < 8:
+        days = (hours // 24) % 365
+        return f"{years}y{days}d" if days else f"{years}y"
+    return f"{years}y"
+
+
+def age(timestamp: Any, reference: datetime | None = None) -> str:
+    """AGE column value for a timestamp; ``<unknown>`` like kubectl when missing."""
+    t = parse_time(timestamp)
+    if t is None:
+        return "<unknown>"
+    return human_duration(((reference or now()) - t).total_seconds())
+
+
+def parse_duration(text: str | int | float) -> float:
+    """``90``, ``90s``, ``5m``, ``1h30m``, ``2d`` -> seconds."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    raw = str(text).strip().lower()
+    if not raw:
+        raise ValueError("empty duration")
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    total, number = 0.0, ""
+    for ch in raw:
+        if ch.isdigit() or ch == ".":
+            number += ch
+        elif ch in units and number:
+            total += float(number) * units[ch]
+            number = ""
+        else:
+            raise ValueError(f"invalid duration {text!r} (use e.g. 90, 90s, 5m, 1h30m, 2d)")
+    if number:
+        raise ValueError(f"invalid duration {text!r}: missing unit after {number!r}")
+    return total
+
+
+class DurationType(click.ParamType):
+    """A click parameter for durations; returns seconds (float)."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+
+
+# -- printing ----------------------------------------------------------------
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=str)
+
+
+def dump_yaml(obj: Any) -> str:
+    import yaml  # lazy
+
+    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+
+
+def print_object(obj: Any, fmt: str) -> None:
+    """Print an object (or a List) as json or yaml on stdout."""
+    if fmt == "json":
+        click.echo(dump_json(obj))
+    elif fmt == "yaml":
+        click.echo(dump_yaml(obj), nl=False)
+    else:  # pragma: no cover - callers handle table themselves
+        raise ValueError(fmt)
+
+
+def as_list(items: Iterable[dict]) -> dict:
+    """Wrap objects in a ``v1/List`` like ``kubectl get -o json`` does."""
+    return {"apiVersion": "v1", "kind": "List", "items": list(items), "metadata": {"resourceVersion": ""}}
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A kubectl-like table: uppercase headers, no borders, 3-space gaps, left aligned."""
+    import tabulate as tab  # lazy
+
+    fmt = tab.TableFormat(
+        lineabove=None, linebelowheader=None, linebetweenrows=None, linebelow=None,
+        headerrow=tab.DataRow("", "   ", ""), datarow=tab.DataRow("", "   ", ""),
+        padding=0, with_header_hide=None,
+    )
+    rows = [["" if v is None else str(v) for v in row] for row in rows]
+    saved = tab.MIN_PADDING
+    tab.MIN_PADDING = 0
+    try:
+        text = tab.tabulate(rows, headers=[h.upper() for h in headers], tablefmt=fmt,
+                            disable_numparse=True, stralign="left")
+    finally:
+        tab.MIN_PADDING = saved
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str | None = None) -> None:
+    rows = list(rows)
+    if not rows and empty:
+        click.echo(empty, err=True)
+        return
+    click.echo(format_table(headers, rows))
+
+
+def truncate(text: Any, width: int) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+
+def warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+def info(message: str) -> None:
+    """Human progress/information line (stderr, so stdout stays machine-readable)."""
+    click.echo(message, err=True)
+
+
+def stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,225 @@
+"""``devctl ssh``: connect to a dev server, directly or through kubectl port-forward.
+
+Direct when the SSH Service (or the replica's pod) answers a short TCP connect from
+here (e.g. inside the cluster or over a VPN); otherwise ``kubectl port-forward``
+to a free local port and ``ssh -p PORT dev@127.0.0.1``.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import click
+
+from .context import kube_options, pass_settings
+from .config import Settings
+from .errors import ApiError, DevctlError, NotFound
+from .output import dump_json, info
+from .devserver import desired_replicas
+
+SSH_SERVICE_PORT = 22
+SSH_CONTAINER_PORT = 2222
+REACH_TIMEOUT = 1.0          # seconds for the reachability probe
+PORT_FORWARD_TIMEOUT = 15.0  # seconds for kubectl port-forward to listen
+
+
+def tcp_reachable(host: str, port: int, timeout: float = REACH_TIMEOUT) -> bool:
+    """True when a TCP connection to host:port succeeds within ``timeout``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def free_local_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def find_kubectl() -> str | None:
+    found = shutil.which("kubectl")
+    if found:
+        return found
+    candidate = os.path.join(os.path.dirname(sys.executable), "kubectl")
+    return candidate if os.access(candidate, os.X_OK) else None
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, sep, port = endpoint.rpartition(":")
+    if sep and port.isdigit():
+        return host.strip("[]"), int(port)
+    return endpoint, SSH_SERVICE_PORT
+
+
+@dataclass
+class SshPlan:
+    mode: str                       # "direct" | "port-forward"
+    host: str
+    port: int
+    ssh: list[str]
+    port_forward: list[str] | None = None
+    local_port: int | None = None
+    target: str = ""                # svc/<name>-ssh or pod/<name>-<i>
+    candidates: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "target": self.target, "host": self.host, "port": self.port,
+                "localPort": self.local_port, "portForward": self.port_forward, "ssh": self.ssh}
+
+
+def ssh_argv(user: str, host: str, port: int, extra: tuple[str, ...], host_key_alias: str | None) -> list[str]:
+    argv = ["ssh", "-p", str(port)]
+    if host_key_alias:
+        # 127.0.0.1 with a new port each time: keep known_hosts keyed by the server.
+        argv += ["-o", f"HostKeyAlias={host_key_alias}"]
+    argv.append(f"{user}@{host}")
+    argv += list(extra)
+    return argv
+
+
+def plan_ssh(settings: Settings, name: str, replica: int | None, user: str,
+             extra: tuple[str, ...], force: str | None = None) -> SshPlan:
+    namespace = settings.namespace()
+    api = settings.api
+    obj = api.get_devserver(namespace, name)
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if spec.get("enableSSH", True) is False:
+        raise DevctlError(f'ssh is disabled for devserver "{name}" (spec.enableSSH is false)')
+    if spec.get("suspend"):
+        raise DevctlError(f'devserver "{name}" is suspended (spec.suspend is true); nothing to connect to')
+    replicas = status.get("replicas") or desired_replicas(obj)
+    if replica is not None and not 0 <= replica < max(replicas, 1):
+        raise click.BadParameter(f"devserver {name} has {replicas} replica(s): use 0..{max(replicas, 1) - 1}",
+                                 param_hint="'--replica'")
+    use_pod = replica is not None and spec.get("mode") == "distributed"
+
+    candidates: list[tuple[str, int]] = []
+    if use_pod:
+        pod_name = f"{name}-{replica}"
+        target, remote_port = f"pod/{pod_name}", SSH_CONTAINER_PORT
+        try:
+            ip = (api.get_pod(namespace, pod_name).get("status") or {}).get("podIP")
+        except NotFound:
+            raise DevctlError(f'pod "{pod_name}" of devserver "{name}" not found in namespace '
+                              f'"{namespace}" (is the server running? see devctl get {name})') from None
+        except ApiError:
+            ip = None
+        if ip:
+            candidates.append((ip, SSH_CONTAINER_PORT))
+        candidates.append((f"{pod_name}.{name}.{namespace}.svc.cluster.local", SSH_CONTAINER_PORT))
+        alias = f"{pod_name}.{namespace}.devserver"
+    else:
+        service = f"{name}-ssh"
+        target, remote_port = f"svc/{service}", SSH_SERVICE_PORT
+        try:
+            svc = api.get_service(namespace, service)
+            ip = (svc.get("spec") or {}).get("clusterIP")
+            if ip and ip != "None":
+                candidates.append((ip, SSH_SERVICE_PORT))
+        except NotFound:
+            if not status.get("sshEndpoint"):
+                raise DevctlError(f'devserver "{name}" has no SSH service yet (service "{service}" not '
+                                  f'found in namespace "{namespace}"); see devctl get {name}') from None
+        except ApiError:
+            pass  # may not be allowed to read Services; fall back to the endpoint
+        if status.get("sshEndpoint"):
+            candidates.append(split_endpoint(status["sshEndpoint"]))
+        else:
+            candidates.append((f"{service}.{namespace}.svc.cluster.local", SSH_SERVICE_PORT))
+        alias = f"{name}.{namespace}.devserver"
+
+    labels = [f"{h}:{p}" for h, p in candidates]
+    if force != "port-forward":
+        for host, port in candidates:
+            if force == "direct" or tcp_reachable(host, port):
+                return SshPlan("direct", host, port, ssh_argv(user, host, port, extra, None),
+                               target=target, candidates=labels)
+
+    local_port = free_local_port()
+    kubectl = find_kubectl() or "kubectl"
+    pf = [kubectl, *api.kubectl_args(), "port-forward", "-n", namespace, target,
+          f"{local_port}:{remote_port}"]
+    return SshPlan("port-forward", "127.0.0.1", local_port,
+                   ssh_argv(user, "127.0.0.1", local_port, extra, alias),
+                   port_forward=pf, local_port=local_port, target=target, candidates=labels)
+
+
+def _wait_listening(proc: subprocess.Popen, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")
+            raise DevctlError(f"kubectl port-forward exited with code {proc.returncode}: "
+                              f"{err.strip() or 'no output'}")
+        if tcp_reachable("127.0.0.1", port, timeout=0.2):
+            return
+        time.sleep(0.1)
+    raise DevctlError(f"kubectl port-forward did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+def run_plan(plan: SshPlan) -> int:
+    ssh = shutil.which("ssh")
+    if not ssh:
+        raise DevctlError("ssh not found on PATH; install an OpenSSH client")
+    if plan.mode == "direct":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execvp(ssh, plan.ssh)
+    kubectl = plan.port_forward[0] if plan.port_forward else ""
+    if not (os.path.exists(kubectl) or shutil.which(kubectl)):
+        raise DevctlError("kubectl not found on PATH (needed for port-forward to the SSH service)")
+    info(f"forwarding 127.0.0.1:{plan.local_port} to {plan.target} with kubectl port-forward")
+    proc = subprocess.Popen(plan.port_forward, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        _wait_listening(proc, plan.local_port or 0, PORT_FORWARD_TIMEOUT)
+        return subprocess.call([ssh, *plan.ssh[1:]])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@click.command("ssh", context_settings={"ignore_unknown_options": False})
+@click.argument("name")
+@click.option("--replica", type=click.IntRange(min=0), help="Replica (pod index) of a distributed server.")
+@click.option("--user", default="dev", show_default=True, help="Remote user.")
+@click.option("--print", "print_only", is_flag=True, help="Only print the command(s); do not connect.")
+@click.option("--port-forward", "force", flag_value="port-forward", default=None,
+              help="Always use kubectl port-forward.")
+@click.option("--direct", "force", flag_value="direct", help="Never use port-forward.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="With --print: shell commands or a JSON plan.")
+@kube_options()
+@click.argument("ssh_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SSH_ARGS...]")
+@pass_settings
+def ssh(settings: Settings, name: str, replica: int | None, user: str, print_only: bool,
+        force: str | None, output: str, ssh_args: tuple[str, ...]) -> None:
+    """SSH into dev server NAME (extra arguments after -- go to ssh).
+
+    \b
+    Examples:
+      devctl ssh my-dev
+      devctl ssh train --replica 2 -- nvidia-smi
+      devctl ssh my-dev --print -- -L 8888:localhost:8888
+    """
+    plan = plan_ssh(settings, name, replica, user, ssh_args, force)
+    if print_only:
+        if output == "json":
+            click.echo(dump_json(plan.as_dict()))
+        else:
+            if plan.port_forward:
+                click.echo(shlex.join(plan.port_forward) + " &")
+            click.echo(shlex.join(plan.ssh))
+        return
+    sys.exit(run_plan(plan))
