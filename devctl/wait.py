@@ -11,6 +11,8 @@ from .output import human_duration, info
 POLL_INTERVAL = 1.0
 # API answers worth retrying while waiting (None: the API could not be reached).
 TRANSIENT = {None, 429, 500, 502, 503, 504}
+# Degraded reasons that no amount of waiting fixes: the user must change something.
+PERMANENT_REASONS = {"FlavorNotFound", "InvalidSpec", "InsufficientGPUs"}
 
 
 def _transient(exc: ApiError) -> bool:
@@ -81,6 +83,9 @@ def wait_ready(get: Callable[[], dict], label: str, timeout: float,
             return obj
         if (obj.get("status") or {}).get("phase") == "Failed":
             raise DevctlError(f"{label} failed: {state}")
+        degraded = condition(obj, "Degraded") or {}
+        if degraded.get("status") == "True" and degraded.get("reason") in PERMANENT_REASONS:
+            raise DevctlError(f"{label} cannot become Ready: {state}")
         if time.monotonic() - start >= timeout:
             raise DevctlError(f"timed out after {human_duration(timeout)} waiting for {label} "
                               f"to become Ready (last state: {state})")

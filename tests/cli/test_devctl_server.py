@@ -135,6 +135,31 @@ def test_create_wait_fails_fast_on_failed_phase(devctl, cluster):
     assert last.startswith("error: devserver/broken failed") and "PodFailed" in last
 
 
+@pytest.mark.parametrize("reason,fails_fast", [("FlavorNotFound", True), ("InvalidSpec", True),
+                                               ("ReconcileError", False)])
+def test_create_wait_on_degraded(devctl, cluster, reason, fails_fast):
+    name = f"degraded-{reason.lower()}"
+
+    def operator():
+        deadline = time.monotonic() + 10
+        while name not in cluster.devserver_names() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cluster.set_status(name, phase="Pending", conditions=[
+            {"type": "Degraded", "status": "True", "reason": reason, "message": "flavor \"nope\" not found",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    result = devctl("create", name, "--flavor", "cpu-small", "--owner", OWNER, "--wait", "--timeout", "1.5")
+    thread.join(5)
+    assert result.exit_code == 1
+    last = result.stderr.strip().splitlines()[-1]
+    if fails_fast:
+        assert last.startswith(f"error: devserver/{name} cannot become Ready") and reason in last
+    else:  # a transient reason: keep waiting until the timeout
+        assert last.startswith("error: timed out")
+
+
 # -- list ---------------------------------------------------------------------------------------
 
 def test_list_json_and_table(devctl, cluster, ns):
