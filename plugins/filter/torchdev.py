@@ -1,0 +1,700 @@
+# -*- coding: utf-8 -*-
+"""Jinja2 filters of the torchdev operator roles.
+
+Everything the templates should not compute lives here as a *pure* function (no
+Ansible imports in the logic, so ``tests/plugins`` can unit-test it directly);
+``FilterModule`` at the bottom is a thin adapter that turns ``ValueError`` into
+``AnsibleFilterError``.
+
+Reconcile model (see roles/devserver/tasks/apply.yml):
+
+* ``render.yml`` renders the desired objects; ``torchdev_stamp`` puts a hash of each
+  object's desired state into the annotation ``torchdev.io/desired-hash``;
+* ``observe.yml`` GETs what exists; ``torchdev_drift`` keeps only the desired
+  objects that are missing, whose desired-hash differs (our intent changed, which
+  also catches *removed* keys) or that drifted from it (someone edited a field we
+  manage: every field we render must be present with an equal value in the live
+  object, lists element by element with the same length, quantities compared by
+  value);
+* only those are written, in one server-side-apply task.  Unchanged DevServer =>
+  zero write requests.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import hashlib
+import json
+import re
+from decimal import Decimal, InvalidOperation
+
+try:  # Ansible is not needed to unit-test the pure functions.
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover
+    AnsibleFilterError = ValueError
+
+API_GROUP = "torchdev.io"
+API_VERSION = "torchdev.io/v1alpha1"
+FIELD_MANAGER = "torchdev-operator"
+DESIRED_HASH_ANNOTATION = "torchdev.io/desired-hash"
+FLAVOR_HASH_ANNOTATION = "torchdev.io/flavor-hash"
+GPU_RESOURCE = "nvidia.com/gpu"
+EXTENDED_RESOURCES = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
+# Flavor fields that change what a pod looks like.  description and pricePerHour are
+# informational: editing them must not restart everybody's dev server.
+FLAVOR_POD_FIELDS = ("resources", "gpu", "nodeSelector", "tolerations", "shmSize")
+
+_QUANTITY_RE = re.compile(
+    r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"((?:[KMGTPE]i)|[numkMGTPE]|(?:[eE][+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)))?$"
+)
+_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+    "P": Decimal("1e15"), "E": Decimal("1e18"),
+}
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+_EMPTY = (None, False, 0, "", [], {})
+
+
+# --------------------------------------------------------------------------- quantities
+def parse_quantity(value):
+    """Return the Decimal value of a Kubernetes quantity (int, float or string)."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError("invalid quantity: %r" % (value,))
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    match = _QUANTITY_RE.match(str(value).strip())
+    if not match:
+        raise ValueError("invalid quantity: %r" % (value,))
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        base = Decimal(number)
+    except InvalidOperation:  # pragma: no cover - the regex already checked it
+        raise ValueError("invalid quantity: %r" % (value,))
+    if suffix in _BINARY:
+        return base * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return base * _DECIMAL[suffix]
+    return base * (Decimal(10) ** Decimal(suffix[1:]))
+
+
+def quantity(value):
+    """Normalise a quantity for a manifest: always a string, validated."""
+    parse_quantity(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
+def quantity_cmp(left, right):
+    """-1, 0 or 1 comparing two quantities by value."""
+    a, b = parse_quantity(left), parse_quantity(right)
+    return (a > b) - (a < b)
+
+
+def is_quantity(value):
+    try:
+        parse_quantity(value)
+    except ValueError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- hashing
+def checksum(obj, length=16):
+    """Stable short sha256 of any JSON-serialisable object (key order independent)."""
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[: int(length)]
+
+
+def flavor_hash(flavor_spec):
+    """Hash of the flavor fields that shape a pod (see FLAVOR_POD_FIELDS)."""
+    spec = flavor_spec or {}
+    return checksum({k: spec.get(k) for k in FLAVOR_POD_FIELDS if spec.get(k) not in _EMPTY})
+
+
+# --------------------------------------------------------------------------- labels
+def owner_label(email):
+    """jane.doe@example.com -> jane.doe_at_example.com, a valid label value (<= 63)."""
+    value = _LABEL_VALUE_BAD.sub("-", str(email or "").replace("@", "_at_"))
+    if len(value) > 63:
+        value = value[:54] + "-" + checksum(email, 8)
+    return value.strip("-_.")
+
+
+def selector_labels(name):
+    """The stable subset used in selectors (immutable in a StatefulSet)."""
+    return {
+        "app.kubernetes.io/name": "devserver",
+        "app.kubernetes.io/instance": str(name),
+    }
+
+
+def stable_labels(name):
+    """Labels that never change for a DevServer (volumeClaimTemplates are immutable)."""
+    labels = selector_labels(name)
+    labels.update({
+        "app.kubernetes.io/part-of": "torchdev",
+        "app.kubernetes.io/managed-by": "torchdev-operator",
+        "torchdev.io/devserver": str(name),
+    })
+    return labels
+
+
+def labels(name, owner, flavor, component="server"):
+    """The full recommended label set of every object a DevServer renders."""
+    result = stable_labels(name)
+    result.update({
+        "app.kubernetes.io/component": str(component),
+        "torchdev.io/owner": owner_label(owner),
+        "torchdev.io/flavor": str(flavor),
+    })
+    return result
+
+
+def owner_reference(obj):
+    """A controller ownerReference to the (raw) custom resource ``obj``."""
+    meta = (obj or {}).get("metadata") or {}
+    if not meta.get("uid") or not meta.get("name"):
+        raise ValueError("torchdev_owner_reference needs an object with metadata.name and metadata.uid")
+    return {
+        "apiVersion": obj.get("apiVersion") or API_VERSION,
+        "kind": obj.get("kind") or "DevServer",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+# --------------------------------------------------------------------------- flavors
+def flavor_errors(flavor_spec):
+    """Consistency problems of a DevServerFlavor spec beyond what the CRD's CEL catches."""
+    spec = flavor_spec or {}
+    errors = []
+    res = spec.get("resources") or {}
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    for section, values in (("requests", requests), ("limits", limits)):
+        for key, value in values.items():
+            if not is_quantity(value):
+                errors.append("resources.%s[%s]: invalid quantity %r" % (section, key, value))
+    if errors:
+        return errors
+    for key in sorted(set(requests) & set(limits)):
+        if quantity_cmp(limits[key], requests[key]) < 0:
+            errors.append("resources.limits[%s] (%s) is lower than the request (%s)" % (key, limits[key], requests[key]))
+    for key in EXTENDED_RESOURCES:
+        if key in requests and key in limits and quantity_cmp(requests[key], limits[key]) != 0:
+            errors.append("resources.requests[%s] must equal the limit (extended resources cannot be overcommitted)" % key)
+        for section, values in (("requests", requests), ("limits", limits)):
+            if key in values and parse_quantity(values[key]) != parse_quantity(values[key]).to_integral_value():
+                errors.append("resources.%s[%s] must be a whole number" % (section, key))
+    gpu = spec.get("gpu") or {}
+    count = gpu.get("count", 0) or 0
+    declared = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE))
+    if declared is not None and parse_quantity(declared) != Decimal(count):
+        errors.append("gpu.count (%s) must equal resources.limits[nvidia.com/gpu] (%s)" % (count, declared))
+    if count and not gpu.get("type"):
+        errors.append("gpu.type is required when gpu.count is greater than 0")
+    shm = spec.get("shmSize", "1Gi")
+    if not is_quantity(shm):
+        errors.append("shmSize: invalid quantity %r" % (shm,))
+    elif "memory" in limits and quantity_cmp(shm, limits["memory"]) > 0:
+        errors.append("shmSize (%s) exceeds the memory limit (%s); /dev/shm is charged to the pod's memory" % (shm, limits["memory"]))
+    return errors
+
+
+def resources(flavor_spec):
+    """Container resources of a flavor: quantities as strings, the GPU count as nvidia.com/gpu."""
+    errors = flavor_errors(flavor_spec)
+    if errors:
+        raise ValueError("invalid DevServerFlavor: " + "; ".join(errors))
+    spec = flavor_spec or {}
+    res = spec.get("resources") or {}
+    result = {}
+    for section in ("requests", "limits"):
+        values = {str(k): quantity(v) for k, v in (res.get(section) or {}).items()}
+        if values:
+            result[section] = values
+    count = int((spec.get("gpu") or {}).get("count", 0) or 0)
+    if count > 0:
+        # Extended resources: the limit is what the scheduler counts; request == limit.
+        result.setdefault("limits", {})[GPU_RESOURCE] = str(count)
+        result.setdefault("requests", {})[GPU_RESOURCE] = str(count)
+    return result
+
+
+# --------------------------------------------------------------------------- env
+def env(raw_env, builtin):
+    """User env (raw, never snake_cased) plus the operator's TORCHDEV_* variables.
+
+    ``builtin`` is a mapping name -> value.  The operator's variables come first so
+    that a user's ``$(TORCHDEV_NAME)`` reference expands.  Users may not override
+    reserved names (ValueError -> InvalidSpec).
+    """
+    result = [{"name": str(k), "value": str(v)} for k, v in sorted((builtin or {}).items())]
+    reserved = {item["name"] for item in result}
+    seen = set()
+    for item in raw_env or []:
+        name = item.get("name")
+        if not name:
+            raise ValueError("spec.env entries need a name")
+        if name in reserved or name.startswith("TORCHDEV_"):
+            raise ValueError("spec.env: %s is reserved for the operator" % name)
+        if name in seen:
+            raise ValueError("spec.env: duplicate variable %s" % name)
+        seen.add(name)
+        entry = {"name": name}
+        if "valueFrom" in item and item["valueFrom"] is not None:
+            entry["valueFrom"] = item["valueFrom"]
+        else:
+            entry["value"] = "" if item.get("value") is None else str(item["value"])
+        result.append(entry)
+    return result
+
+
+# --------------------------------------------------------------------------- diffing
+def _quantity_path(path):
+    if not path:
+        return False
+    last = path[-1]
+    parent = path[-2] if len(path) > 1 else ""
+    return parent in ("requests", "limits", "capacity") or last in ("sizeLimit", "storage")
+
+
+def _kind_of(value):
+    # isinstance, not type(): Ansible 2.19 hands filters tagged str/int subclasses.
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    return type(value).__name__
+
+
+def _scalar_equal(a, b):
+    """Equal value *and* kind: 22 != "22", True != 1."""
+    return _kind_of(a) == _kind_of(b) and a == b
+
+
+def is_subset(desired, live, path=()):
+    """True when every field of ``desired`` is present with an equal value in ``live``."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return desired in _EMPTY and live in _EMPTY
+        for key, value in desired.items():
+            if key not in live or live[key] is None:
+                if value in _EMPTY:
+                    continue  # the apiserver omits empty / false / zero fields
+                return False
+            if not is_subset(value, live[key], path + (key,)):
+                return False
+        return True
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return False
+        return all(is_subset(d, l, path) for d, l in zip(desired, live))
+    if _scalar_equal(desired, live):
+        return True
+    if _quantity_path(path) and is_quantity(desired) and is_quantity(live):
+        return quantity_cmp(desired, live) == 0
+    return False
+
+
+def object_key(obj):
+    meta = obj.get("metadata") or {}
+    group = (obj.get("apiVersion") or "").rpartition("/")[0]
+    return "%s/%s/%s/%s" % (group, obj.get("kind"), meta.get("namespace") or "", meta.get("name"))
+
+
+def _strip(obj):
+    clean = copy.deepcopy(obj)
+    clean.pop("status", None)
+    meta = clean.get("metadata") or {}
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink"):
+        meta.pop(key, None)
+    annotations = meta.get("annotations") or {}
+    annotations.pop(DESIRED_HASH_ANNOTATION, None)
+    if not annotations:
+        meta.pop("annotations", None)
+    return clean
+
+
+def stamp(objects):
+    """Annotate each desired object with the hash of its desired state."""
+    result = []
+    for obj in objects or []:
+        if not obj:
+            continue
+        obj = copy.deepcopy(obj)
+        digest = checksum(_strip(obj), 32)
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[DESIRED_HASH_ANNOTATION] = digest
+        result.append(obj)
+    return result
+
+
+def _index(observed):
+    """``observed``: list of live objects, or k8s_info loop results (with .resources)."""
+    index = {}
+    for item in observed or []:
+        if not item:
+            continue
+        if "resources" in item and "kind" not in item:
+            for obj in item.get("resources") or []:
+                index[object_key(obj)] = obj
+        elif isinstance(item, dict) and item.get("kind"):
+            index[object_key(item)] = item
+    return index
+
+
+def observed_objects(observed):
+    """Flatten k8s_info loop results into a list of live objects."""
+    return list(_index(observed).values())
+
+
+def drift(desired, observed):
+    """The desired objects that must be written (missing, intent changed, or drifted)."""
+    index = _index(observed)
+    result = []
+    for obj in desired or []:
+        live = index.get(object_key(obj))
+        if live is None:
+            result.append(obj)
+            continue
+        want = ((obj.get("metadata") or {}).get("annotations") or {}).get(DESIRED_HASH_ANNOTATION)
+        have = ((live.get("metadata") or {}).get("annotations") or {}).get(DESIRED_HASH_ANNOTATION)
+        if want is not None and want != have:
+            result.append(obj)
+        elif not is_subset(obj, live):
+            result.append(obj)
+    return result
+
+
+def prune(observed, desired, owner_uid):
+    """Live objects we control (ownerReference uid) that are no longer desired."""
+    wanted = {object_key(obj) for obj in desired or []}
+    result = []
+    for key, live in sorted(_index(observed).items()):
+        if key in wanted:
+            continue
+        refs = (live.get("metadata") or {}).get("ownerReferences") or []
+        if any(ref.get("uid") == owner_uid and ref.get("controller") for ref in refs):
+            meta = live["metadata"]
+            result.append({
+                "apiVersion": live.get("apiVersion"),
+                "kind": live.get("kind"),
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+            })
+    return result
+
+
+def find(objects, kind, name=None):
+    """First object of ``kind`` (and ``name``) in a list, or {}."""
+    for obj in objects or []:
+        if obj and obj.get("kind") == kind and (name is None or (obj.get("metadata") or {}).get("name") == name):
+            return obj
+    return {}
+
+
+# --------------------------------------------------------------------------- StatefulSets
+_IMMUTABLE_STS_FIELDS = ("selector", "serviceName", "podManagementPolicy", "volumeClaimTemplates")
+
+
+def preserve_immutable(desired, live):
+    """See _preserve_immutable; ``desired`` may be a list (only StatefulSets are touched)."""
+    if isinstance(desired, list):
+        return [_preserve_immutable(o, live) if o and o.get("kind") == "StatefulSet" else o for o in desired]
+    return _preserve_immutable(desired, live)
+
+
+def _preserve_immutable(desired, live):
+    """Keep a live StatefulSet's immutable fields in the desired one.
+
+    ``volumeClaimTemplates`` (and selector, serviceName, podManagementPolicy) cannot
+    change after creation.  A grown ``persistentHomeSize`` is applied to the existing
+    PVCs instead (``pvc_resizes``); the template keeps the size it was created with.
+    """
+    if not desired or not live:
+        return desired
+    result = copy.deepcopy(desired)
+    live_spec = live.get("spec") or {}
+    for field in _IMMUTABLE_STS_FIELDS:
+        if field not in live_spec:
+            continue
+        value = copy.deepcopy(live_spec[field])
+        if field == "volumeClaimTemplates":
+            for template in value:
+                template.pop("status", None)
+                template.pop("apiVersion", None)
+                template.pop("kind", None)
+                meta = template.get("metadata") or {}
+                meta.pop("creationTimestamp", None)
+        result["spec"][field] = value
+    return result
+
+
+def pvc_resizes(pvcs, name, size, claim="home"):
+    """Partial PVC manifests that grow ``<claim>-<name>-<i>`` claims smaller than ``size``."""
+    prefix = "%s-%s-" % (claim, name)
+    result = []
+    for pvc in observed_objects(pvcs):
+        meta = pvc.get("metadata") or {}
+        if pvc.get("kind") not in (None, "PersistentVolumeClaim") or not str(meta.get("name", "")).startswith(prefix):
+            continue
+        if not str(meta["name"])[len(prefix):].isdigit():
+            continue
+        current = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+        if current is None or quantity_cmp(size, current) > 0:
+            result.append({
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": meta["name"], "namespace": meta.get("namespace")},
+                "spec": {"resources": {"requests": {"storage": quantity(size)}}},
+            })
+    return result
+
+
+def applied_objects(register):
+    """Objects returned by a kubernetes.core.k8s task (one definition or a list)."""
+    reg = register or {}
+    if reg.get("skipped") or not reg.get("result"):
+        return []
+    result = reg["result"]
+    if isinstance(result, dict) and "results" in result and "kind" not in result:
+        return [r.get("result") for r in result["results"] if r.get("result")]
+    return [result]
+
+
+def flavor_users(devservers, flavor_name):
+    """DevServers (not being deleted) whose spec.flavor is ``flavor_name``."""
+    return [
+        ds for ds in devservers or []
+        if (ds.get("spec") or {}).get("flavor") == flavor_name
+        and not (ds.get("metadata") or {}).get("deletionTimestamp")
+    ]
+
+
+def flavor_notices(devservers, flavor_name, digest, annotation=FLAVOR_HASH_ANNOTATION):
+    """Merge-patch bodies that set ``annotation: digest`` on the users that lack it."""
+    result = []
+    for ds in flavor_users(devservers, flavor_name):
+        meta = ds.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(annotation) == digest:
+            continue
+        result.append({
+            "apiVersion": ds.get("apiVersion") or API_VERSION,
+            "kind": ds.get("kind") or "DevServer",
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "annotations": {annotation: digest}},
+        })
+    return result
+
+
+# --------------------------------------------------------------------------- spec checks
+def spec_errors(spec):
+    """Problems of a (defaulted, raw camelCase) DevServer spec the CRD cannot express."""
+    spec = spec or {}
+    errors = []
+    for field in ("owner", "flavor"):
+        if not spec.get(field):
+            errors.append("spec.%s is required" % field)
+    try:
+        size = parse_quantity(spec.get("persistentHomeSize", "100Gi"))
+        if size < parse_quantity("1Gi"):
+            errors.append("spec.persistentHomeSize must be at least 1Gi")
+    except ValueError as exc:
+        errors.append("spec.persistentHomeSize: %s" % exc)
+    try:
+        env(spec.get("env"), {})
+    except ValueError as exc:
+        errors.append(str(exc))
+    if spec.get("mode", "standalone") == "distributed":
+        dist = spec.get("distributed") or {}
+        world, nprocs = dist.get("worldSize"), dist.get("nprocsPerNode", 1) or 1
+        if not world:
+            errors.append("spec.distributed.worldSize is required in distributed mode")
+        elif int(world) % int(nprocs):
+            errors.append("spec.distributed.worldSize (%s) must be a multiple of nprocsPerNode (%s)" % (world, nprocs))
+    elif spec.get("distributed"):
+        errors.append("spec.distributed may only be set when mode is distributed")
+    ref = spec.get("sshKeySecretRef") or {}
+    if ref and not ref.get("name"):
+        errors.append("spec.sshKeySecretRef.name is required")
+    return errors
+
+
+def replicas(spec):
+    """Pods a DevServer runs when not suspended: 1, or worldSize / nprocsPerNode."""
+    spec = spec or {}
+    if spec.get("mode", "standalone") == "distributed":
+        dist = spec.get("distributed") or {}
+        return max(1, int(dist.get("worldSize", 1)) // max(1, int(dist.get("nprocsPerNode", 1) or 1)))
+    return 1
+
+
+# --------------------------------------------------------------------------- status
+def condition(ctype, status, reason, message="", generation=None):
+    """A metav1.Condition without lastTransitionTime (the status module sets it)."""
+    if status in (True, False):
+        status = "True" if status else "False"
+    if status not in ("True", "False", "Unknown"):
+        raise ValueError("condition status must be True, False or Unknown, got %r" % (status,))
+    result = {"type": str(ctype), "status": status, "reason": str(reason), "message": str(message or "")}
+    if generation is not None:
+        result["observedGeneration"] = int(generation)
+    return result
+
+
+def _sts_counts(sts):
+    status = (sts or {}).get("status") or {}
+    meta = (sts or {}).get("metadata") or {}
+    return {
+        "ready": int(status.get("readyReplicas") or 0),
+        "current": int(status.get("replicas") or 0),
+        "updated": int(status.get("updatedReplicas") or 0),
+        "observed": int(status.get("observedGeneration") or 0),
+        "generation": int(meta.get("generation") or 0),
+        "rolling": bool(status.get("updateRevision")) and status.get("updateRevision") != status.get("currentRevision"),
+    }
+
+
+def phase(desired_replicas, sts, suspended=False, failed=False):
+    """Pending / Provisioning / Running / Suspended / Failed."""
+    if failed:
+        return "Failed"
+    if suspended:
+        return "Suspended"
+    if not sts:
+        return "Pending"
+    counts = _sts_counts(sts)
+    settled = counts["observed"] >= counts["generation"] and counts["updated"] >= desired_replicas and not counts["rolling"]
+    if desired_replicas > 0 and counts["ready"] >= desired_replicas and settled:
+        return "Running"
+    return "Provisioning"
+
+
+def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None):
+    """The complete DevServer status for a successful reconcile (conditions included)."""
+    meta = (cr or {}).get("metadata") or {}
+    spec = (cr or {}).get("spec") or {}
+    old = (cr or {}).get("status") or {}
+    generation = meta.get("generation")
+    suspended = bool(spec.get("suspend", False))
+    current = phase(desired_replicas, sts, suspended=suspended)
+    counts = _sts_counts(sts)
+    ready_n = min(counts["ready"], desired_replicas) if sts else 0
+    status = {
+        "phase": current,
+        "observedGeneration": generation,
+        "replicas": desired_replicas,
+        "readyReplicas": ready_n,
+        "ready": "%d/%d" % (ready_n, desired_replicas),
+        "flavorSpecHash": flavor_spec_hash,
+        "sshEndpoint": None,
+        "sshCommand": None,
+    }
+    if ssh_service:
+        status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))
+        status["sshCommand"] = "devctl ssh %s -n %s" % (meta.get("name"), meta.get("namespace"))
+    if current == "Running":
+        status["startTime"] = old.get("startTime") if old.get("phase") == "Running" and old.get("startTime") else now
+    if current == "Running":
+        ready = condition("Ready", "True", "ServerReady", "%d/%d replicas ready" % (ready_n, desired_replicas), generation)
+        progressing = condition("Progressing", "False", "Reconciled", "all objects are up to date", generation)
+    elif current == "Suspended":
+        ready = condition("Ready", "False", "Suspended", "spec.suspend is true; scaled to 0, volumes kept", generation)
+        progressing = condition("Progressing", "False", "Reconciled", "suspended", generation)
+    else:
+        ready = condition("Ready", "False", "PodsNotReady", "%d/%d replicas ready" % (ready_n, desired_replicas), generation)
+        if counts["rolling"] or (old.get("phase") == "Running" and sts):
+            progressing = condition("Progressing", "True", "RollingUpdate", "rolling out a new pod template", generation)
+        else:
+            progressing = condition("Progressing", "True", "Provisioning", "waiting for the server pods", generation)
+    degraded = condition("Degraded", "False", "AsExpected", "", generation)
+    status["conditions"] = [ready, progressing, degraded]
+    return status
+
+
+def failure_reason(failed_result=None, explicit=None):
+    """Classify a failed task: (reason, transient).
+
+    FlavorNotFound and InvalidSpec are permanent until the spec or the flavor changes
+    (both trigger a reconcile), so the run ends successfully after recording them;
+    anything else is a ReconcileError and the run fails so the runtime requeues with
+    backoff.  A 422 (Invalid) from the apiserver is a spec problem -> InvalidSpec.
+    """
+    if explicit in ("FlavorNotFound", "InvalidSpec"):
+        return {"reason": explicit, "transient": False}
+    result = failed_result or {}
+    msg = str(result.get("msg") or "")
+    for reason in ("FlavorNotFound", "InvalidSpec"):
+        if msg.startswith(reason + ":"):
+            return {"reason": reason, "transient": False}
+    text = " ".join(str(result.get(k, "")) for k in ("msg", "reason", "status", "error"))
+    if result.get("status") == 422 or "Unprocessable Entity" in text or "(422)" in text or '"code":422' in text.replace(" ", ""):
+        return {"reason": "InvalidSpec", "transient": False}
+    return {"reason": "ReconcileError", "transient": True}
+
+
+def failure_message(failed_result=None, limit=1024):
+    result = failed_result or {}
+    msg = result.get("msg") or result.get("message") or "reconcile failed"
+    msg = re.sub(r"\s+", " ", str(msg)).strip()
+    return msg[: int(limit)]
+
+
+class FilterModule(object):
+    """torchdev filters."""
+
+    _FILTERS = {
+        "torchdev_quantity": quantity,
+        "torchdev_quantity_cmp": quantity_cmp,
+        "torchdev_is_quantity": is_quantity,
+        "torchdev_checksum": checksum,
+        "torchdev_flavor_hash": flavor_hash,
+        "torchdev_owner_label": owner_label,
+        "torchdev_selector_labels": selector_labels,
+        "torchdev_stable_labels": stable_labels,
+        "torchdev_labels": labels,
+        "torchdev_owner_reference": owner_reference,
+        "torchdev_flavor_errors": flavor_errors,
+        "torchdev_resources": resources,
+        "torchdev_env": env,
+        "torchdev_is_subset": is_subset,
+        "torchdev_stamp": stamp,
+        "torchdev_observed": observed_objects,
+        "torchdev_drift": drift,
+        "torchdev_prune": prune,
+        "torchdev_find": find,
+        "torchdev_preserve_immutable": preserve_immutable,
+        "torchdev_pvc_resizes": pvc_resizes,
+        "torchdev_applied": applied_objects,
+        "torchdev_flavor_users": flavor_users,
+        "torchdev_flavor_notices": flavor_notices,
+        "torchdev_spec_errors": spec_errors,
+        "torchdev_replicas": replicas,
+        "torchdev_condition": condition,
+        "torchdev_phase": phase,
+        "torchdev_devserver_status": devserver_status,
+        "torchdev_failure_reason": failure_reason,
+        "torchdev_failure_message": failure_message,
+    }
+
+    def filters(self):
+        return {name: _wrap(func) for name, func in self._FILTERS.items()}
+
+
+def _wrap(func):
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise AnsibleFilterError("%s: %s" % (func.__name__, exc))
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper

@@ -1,0 +1,149 @@
+# -*- coding: utf-8 -*-
+"""Pure status logic of the torchdev_status module (no cluster, no Ansible needed).
+
+* ``merge_conditions`` merges desired metav1.Conditions into the live list by
+  ``type``: ``lastTransitionTime`` is kept while a condition's ``status`` is unchanged
+  (a reason/message change alone is not a transition) and set to ``now`` when the
+  status changes or the condition is new.  Conditions of other types are kept.
+* ``status_patch`` computes the JSON merge patch for the ``/status`` subresource, or
+  ``None`` when nothing would change (the module then writes nothing).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import datetime
+
+CONDITION_KEYS = ("type", "status", "reason", "message", "observedGeneration", "lastTransitionTime")
+
+
+def utc_now():
+    """RFC 3339 UTC timestamp with second precision, as the apiserver stores it."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def normalize_condition(cond, observed_generation=None):
+    if not isinstance(cond, dict) or not cond.get("type"):
+        raise ValueError("each condition needs a type: %r" % (cond,))
+    status = cond.get("status", "Unknown")
+    if status is True or status is False:
+        status = "True" if status else "False"
+    status = str(status)
+    if status not in ("True", "False", "Unknown"):
+        raise ValueError("condition %s: status must be True, False or Unknown" % cond["type"])
+    result = {
+        "type": str(cond["type"]),
+        "status": status,
+        "reason": str(cond.get("reason") or "Unknown"),
+        "message": str(cond.get("message") or ""),
+    }
+    generation = cond.get("observedGeneration", observed_generation)
+    if generation is not None:
+        result["observedGeneration"] = int(generation)
+    if cond.get("lastTransitionTime"):
+        result["lastTransitionTime"] = cond["lastTransitionTime"]
+    return result
+
+
+def merge_conditions(existing, desired, now=None, observed_generation=None):
+    """Return (merged list, changed) - see the module docstring."""
+    now = now or utc_now()
+    existing = [c for c in (existing or []) if isinstance(c, dict) and c.get("type")]
+    by_type = {c["type"]: c for c in existing}
+    merged = []
+    handled = set()
+    desired_norm = [normalize_condition(c, observed_generation) for c in (desired or [])]
+    desired_by_type = {c["type"]: c for c in desired_norm}
+    # Keep the live order for known types, append new ones in the desired order.
+    order = [c["type"] for c in existing] + [c["type"] for c in desired_norm if c["type"] not in by_type]
+    for ctype in order:
+        if ctype in handled:
+            continue
+        handled.add(ctype)
+        old = by_type.get(ctype)
+        new = desired_by_type.get(ctype)
+        if new is None:
+            merged.append(copy.deepcopy(old))
+            continue
+        cond = dict(new)
+        if old is not None and old.get("status") == cond["status"] and old.get("lastTransitionTime"):
+            cond["lastTransitionTime"] = old["lastTransitionTime"]
+        elif not new.get("lastTransitionTime") or (old is not None and old.get("status") != cond["status"]):
+            cond["lastTransitionTime"] = now
+        merged.append({k: cond[k] for k in CONDITION_KEYS if k in cond})
+    return merged, _canon(merged) != _canon(existing)
+
+
+def _canon(conditions):
+    return [{k: c.get(k) for k in CONDITION_KEYS if c.get(k) is not None} for c in conditions or []]
+
+
+def _kind_of(value):
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    return type(value).__name__
+
+
+def _equal(a, b):
+    if a in (None, {}, []) and b in (None, {}, []):
+        return True
+    return _kind_of(a) == _kind_of(b) and a == b
+
+
+def status_patch(live_status, desired_status=None, desired_conditions=None, now=None, observed_generation=None):
+    """Return (patch or None, resulting status).
+
+    ``desired_status`` keys are set; a ``None`` value removes the key.  Keys not named
+    are left alone (merge patch semantics).  ``desired_conditions`` (when not None) are
+    merged with ``merge_conditions``.
+    """
+    live_status = live_status or {}
+    patch = {}
+    for key, value in (desired_status or {}).items():
+        if key == "conditions":
+            continue
+        if value is None:
+            if key in live_status:
+                patch[key] = None
+        elif not _equal(live_status.get(key), value):
+            patch[key] = copy.deepcopy(value)
+    if desired_conditions is not None:
+        merged, changed = merge_conditions(live_status.get("conditions"), desired_conditions, now, observed_generation)
+        if changed:
+            patch["conditions"] = merged
+    result = copy.deepcopy(live_status)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = value
+    return (patch or None), result
+
+
+def resource_path(api_version, plural, name, namespace=None, subresource=None):
+    """REST path of a named object, e.g. /apis/torchdev.io/v1alpha1/namespaces/ns/devservers/x/status."""
+    if "/" in api_version:
+        base = "/apis/%s" % api_version
+    else:
+        base = "/api/%s" % api_version
+    if namespace:
+        base += "/namespaces/%s" % namespace
+    path = "%s/%s/%s" % (base, plural, name)
+    if subresource:
+        path += "/" + subresource
+    return path
+
+
+def default_plural(kind):
+    lower = kind.lower()
+    if lower.endswith("s"):
+        return lower + "es"
+    if lower.endswith("y") and not lower.endswith(("ay", "ey", "oy", "uy")):
+        return lower[:-1] + "ies"
+    return lower + "s"

@@ -1,0 +1,257 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""Ansible module: write the status of a torchdev custom resource, only when it changes."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: torchdev_status
+short_description: Merge-patch the status subresource of a custom resource, only when it changes
+description:
+  - GETs the custom resource, merges the desired status fields and metav1.Conditions into
+    the live status and sends one JSON merge patch to the C(/status) subresource when, and
+    only when, something changed. An unchanged status makes zero write requests and
+    returns C(changed=false).
+  - Conditions are merged by C(type). C(lastTransitionTime) is kept while a condition's
+    C(status) is unchanged (a new reason or message alone is not a transition) and set to
+    the current time when the status changes or the condition is new. Conditions of types
+    not given are kept.
+  - Replaces C(operator_sdk.util.k8s_status), which is not available to torchdev.
+  - Connection settings follow kubernetes.core (C(K8S_AUTH_KUBECONFIG), C(K8S_AUTH_CONTEXT),
+    C(K8S_AUTH_HOST), C(K8S_AUTH_API_KEY), C(K8S_AUTH_VERIFY_SSL), C(K8S_AUTH_SSL_CA_CERT)),
+    then C(KUBECONFIG), the in-cluster service account and C(~/.kube/config).
+version_added: "0.1.0"
+author: torchdev maintainers
+options:
+  api_version:
+    description: API version of the resource, C(group/version).
+    type: str
+    required: true
+  kind:
+    description: Kind of the resource, e.g. C(DevServer).
+    type: str
+    required: true
+  plural:
+    description: Resource plural; derived from I(kind) when omitted.
+    type: str
+  name:
+    description: Name of the resource.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the resource; omit for cluster-scoped resources.
+    type: str
+  status:
+    description: Status fields to set. A C(null) value removes the field. Fields not named are left alone.
+    type: dict
+    default: {}
+  conditions:
+    description: metav1.Conditions (type, status, reason, message[, observedGeneration]) to merge by type.
+    type: list
+    elements: dict
+  observed_generation:
+    description: Default C(observedGeneration) for conditions that do not carry one.
+    type: int
+  kubeconfig:
+    description: Path to a kubeconfig file.
+    type: path
+  context:
+    description: Kubeconfig context to use.
+    type: str
+  host:
+    description: API server URL (with I(api_key)).
+    type: str
+  api_key:
+    description: Bearer token (with I(host)).
+    type: str
+  validate_certs:
+    description: Verify the API server's certificate.
+    type: bool
+    aliases: [verify_ssl]
+  ca_cert:
+    description: CA bundle to verify the API server.
+    type: path
+    aliases: [ssl_ca_cert]
+  request_timeout:
+    description: Seconds to wait for each API request.
+    type: int
+    default: 30
+notes:
+  - Supports check mode (the GET is made, the PATCH is not).
+  - Requires the C(kubernetes) Python client.
+"""
+
+EXAMPLES = r"""
+- name: Record the DevServer status
+  torchdev_status:
+    api_version: torchdev.io/v1alpha1
+    kind: DevServer
+    name: "{{ ansible_operator_meta.name }}"
+    namespace: "{{ ansible_operator_meta.namespace }}"
+    observed_generation: "{{ _torchdev_io_devserver.metadata.generation }}"
+    status:
+      phase: Running
+      observedGeneration: "{{ _torchdev_io_devserver.metadata.generation }}"
+      sshEndpoint: null
+    conditions:
+      - type: Ready
+        status: "True"
+        reason: ServerReady
+        message: 1/1 replicas ready
+"""
+
+RETURN = r"""
+status:
+  description: The status after the merge (what the object now has, or would have in check mode).
+  returned: success
+  type: dict
+patch:
+  description: The merge patch sent to the status subresource; null when nothing changed.
+  returned: success
+  type: dict
+"""
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.torchdev_status import default_plural, status_patch
+
+try:
+    import kubernetes
+    from kubernetes.client.rest import ApiException
+
+    HAS_K8S = True
+    K8S_IMPORT_ERROR = None
+except ImportError:  # pragma: no cover
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = traceback.format_exc()
+
+
+def _env(name):
+    value = os.environ.get(name)
+    return value if value not in (None, "") else None
+
+
+def api_client(params):
+    """An ApiClient configured like kubernetes.core does (options, K8S_AUTH_*, KUBECONFIG, in-cluster)."""
+    kubeconfig = params.get("kubeconfig") or _env("K8S_AUTH_KUBECONFIG")
+    context = params.get("context") or _env("K8S_AUTH_CONTEXT")
+    host = params.get("host") or _env("K8S_AUTH_HOST")
+    api_key = params.get("api_key") or _env("K8S_AUTH_API_KEY")
+    verify = params.get("validate_certs")
+    if verify is None and _env("K8S_AUTH_VERIFY_SSL") is not None:
+        verify = _env("K8S_AUTH_VERIFY_SSL").lower() in ("1", "true", "yes", "on")
+    ca_cert = params.get("ca_cert") or _env("K8S_AUTH_SSL_CA_CERT")
+
+    configuration = kubernetes.client.Configuration()
+    if host:
+        configuration.host = host
+        if api_key:
+            configuration.api_key = {"authorization": "Bearer " + api_key}
+    elif kubeconfig or _env("KUBECONFIG"):
+        kubernetes.config.load_kube_config(
+            config_file=os.path.expanduser(kubeconfig) if kubeconfig else None,
+            context=context, client_configuration=configuration)
+    else:
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(context=context, client_configuration=configuration)
+    if verify is not None:
+        configuration.verify_ssl = verify
+    if ca_cert:
+        configuration.ssl_ca_cert = ca_cert
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _to_dict(obj):
+    if isinstance(obj, dict):
+        return obj
+    return kubernetes.client.ApiClient().sanitize_for_serialization(obj)
+
+
+def run(module):
+    params = module.params
+    group, _sep, version = params["api_version"].rpartition("/")
+    if not group:
+        module.fail_json(msg="torchdev_status handles custom resources (api_version group/version), got %s" % params["api_version"])
+    plural = params.get("plural") or default_plural(params["kind"])
+    name, namespace = params["name"], params.get("namespace") or None
+    timeout = params["request_timeout"]
+
+    api = kubernetes.client.CustomObjectsApi(api_client(params))
+    try:
+        if namespace:
+            live = api.get_namespaced_custom_object(group, version, namespace, plural, name, _request_timeout=timeout)
+        else:
+            live = api.get_cluster_custom_object(group, version, plural, name, _request_timeout=timeout)
+    except ApiException as exc:
+        if exc.status == 404:
+            # Deleted while we reconciled: nothing to record.
+            module.exit_json(changed=False, status={}, patch=None, msg="%s %s not found" % (params["kind"], name))
+        module.fail_json(msg="failed to get %s %s: %s %s" % (params["kind"], name, exc.status, exc.reason),
+                         status_code=exc.status, reason=exc.reason, body=exc.body)
+    live = _to_dict(live)
+
+    try:
+        patch, result = status_patch(
+            live.get("status"), params.get("status"), params.get("conditions"),
+            observed_generation=params.get("observed_generation"))
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+
+    if patch is None:
+        module.exit_json(changed=False, status=result, patch=None)
+    if module.check_mode:
+        module.exit_json(changed=True, status=result, patch=patch)
+
+    body = {"status": patch}
+    try:
+        if namespace:
+            api.patch_namespaced_custom_object_status(group, version, namespace, plural, name, body, _request_timeout=timeout)
+        else:
+            api.patch_cluster_custom_object_status(group, version, plural, name, body, _request_timeout=timeout)
+    except ApiException as exc:
+        if exc.status == 404:
+            module.exit_json(changed=False, status={}, patch=None, msg="%s %s was deleted" % (params["kind"], name))
+        module.fail_json(msg="failed to patch the status of %s %s: %s %s" % (params["kind"], name, exc.status, exc.reason),
+                         status_code=exc.status, reason=exc.reason, body=exc.body, patch=patch)
+    module.exit_json(changed=True, status=result, patch=patch)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            api_version=dict(type="str", required=True),
+            kind=dict(type="str", required=True),
+            plural=dict(type="str"),
+            name=dict(type="str", required=True),
+            namespace=dict(type="str"),
+            status=dict(type="dict", default={}),
+            conditions=dict(type="list", elements="dict"),
+            observed_generation=dict(type="int"),
+            kubeconfig=dict(type="path"),
+            context=dict(type="str"),
+            host=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+            validate_certs=dict(type="bool", aliases=["verify_ssl"]),
+            ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
+            request_timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    try:
+        run(module)
+    except Exception as exc:  # noqa: BLE001 - report any client error as a module failure
+        module.fail_json(msg="torchdev_status: %s" % exc, exception=traceback.format_exc())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""Render every object the devserver role creates, without a cluster, and validate it.
+
+This is the role's real rendering path: one ansible-playbook run includes
+roles/devserver/tasks/normalize.yml and render.yml (pure tasks, no API calls) for a
+matrix of sample DevServers x sample flavors (one inventory host per case, so the
+whole matrix costs a single playbook run), dumps ``devserver_objects`` per case, and
+every manifest is validated strictly against the Kubernetes 1.33 OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "config" / "samples"
+K8S_VERSION = "1.33.0"
+NAMESPACE = "dev-jane"
+
+
+def _load(pattern):
+    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(SAMPLES.glob(pattern))}
+
+
+def _devserver(obj, name=None, **spec_overrides):
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"]
+    if name:
+        meta["name"] = name
+    meta.update(namespace=NAMESPACE, uid="00000000-0000-0000-0000-%012d" % zlib.crc32(meta["name"].encode()), generation=1)
+    obj["spec"].update(spec_overrides)
+    return obj
+
+
+def _cases():
+    devservers = _load("torchdev_v1alpha1_devserver_*.yaml")
+    flavors = _load("torchdev_v1alpha1_devserverflavor_*.yaml")
+    assert devservers and flavors, "config/samples must hold DevServer and DevServerFlavor samples"
+    cases = {}
+    for ds_file, ds in devservers.items():
+        for fl_file, flavor in flavors.items():
+            key = "%s__%s" % (ds["metadata"]["name"], flavor["metadata"]["name"])
+            cases[key] = {"cr": _devserver(ds, flavor=flavor["metadata"]["name"]), "flavor": flavor}
+    standalone = devservers["torchdev_v1alpha1_devserver_standalone.yaml"]
+    gpu = flavors["torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"]
+    cpu = flavors["torchdev_v1alpha1_devserverflavor_cpu-small.yaml"]
+    cases["suspended"] = {"cr": _devserver(standalone, "sleepy", suspend=True), "flavor": gpu}
+    cases["no_ssh"] = {"cr": _devserver(standalone, "quiet", enableSSH=False, homeRetentionPolicy="Delete"), "flavor": cpu}
+    cases["env_shared_keys"] = {
+        "cr": _devserver(standalone, "full", sharedVolumeClaimName="team-efs",
+                         env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "A", "value": "$(TORCHDEV_NAME)"}],
+                         sshKeySecretRef={"name": "keys", "key": "authorized_keys"}),
+        "flavor": gpu,
+    }
+    # An existing server whose home grows from 100Gi to 200Gi: the StatefulSet keeps its
+    # (immutable) volumeClaimTemplate and the live PVC gets a resize patch instead.
+    grown = _devserver(standalone, "grown", persistentHomeSize="200Gi")
+    live_vct = {"metadata": {"name": "home"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                                                       "resources": {"requests": {"storage": "100Gi"}},
+                                                       "volumeMode": "Filesystem"}, "status": {"phase": "Pending"}}
+    cases["grown_home"] = {
+        "cr": grown, "flavor": gpu,
+        "observed": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                      "metadata": {"name": "grown", "namespace": NAMESPACE},
+                      "spec": {"serviceName": "grown", "volumeClaimTemplates": [live_vct],
+                               "selector": {"matchLabels": {"app.kubernetes.io/name": "devserver",
+                                                            "app.kubernetes.io/instance": "grown"}}}}],
+        "pvcs": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                  "metadata": {"name": "home-grown-0", "namespace": NAMESPACE},
+                  "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
+    }
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("render")
+    hosts = {}
+    for key, case in CASES.items():
+        cr = case["cr"]
+        hosts[key] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "ansible_operator_meta": {"name": cr["metadata"]["name"], "namespace": NAMESPACE},
+            # Only the raw object and spec, as ansible-operator passes them; the role must
+            # not depend on the snake_cased copies.
+            "_torchdev_io_devserver": cr,
+            "_torchdev_io_devserver_spec": cr["spec"],
+            "devserver_flavor": case["flavor"],
+            "devserver_observed": case.get("observed", []),
+            "devserver_observed_pvcs": case.get("pvcs", []),
+        }
+    (tmp / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
+    (tmp / "render.yml").write_text(yaml.safe_dump([{
+        "name": "Render DevServer objects",
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Normalize", "ansible.builtin.include_role": {"name": "devserver", "tasks_from": "normalize.yml"}},
+            {"name": "Render", "ansible.builtin.include_role": {"name": "devserver", "tasks_from": "render.yml"}},
+            {"name": "Dump", "ansible.builtin.copy": {"content": "{{ devserver_objects | to_json }}",
+                                                      "dest": str(tmp) + "/{{ inventory_hostname }}.json", "mode": "0644"}},
+        ],
+    }]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS="16",
+               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "inventory.json"), str(tmp / "render.yml")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return {key: json.loads((tmp / ("%s.json" % key)).read_text()) for key in CASES}
+
+
+def _by_kind(objects):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_manifests_are_valid_kubernetes(rendered, case):
+    objects = rendered[case]
+    assert objects, case
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:  # pragma: no cover - report nicely
+            pytest.fail("%s %s/%s invalid: %s" % (case, obj["kind"], obj["metadata"]["name"], exc))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_common_contract(rendered, case):
+    cr = CASES[case]["cr"]
+    name = cr["metadata"]["name"]
+    for obj in rendered[case]:
+        meta = obj["metadata"]
+        assert meta["namespace"] == NAMESPACE
+        if obj["kind"] == "PersistentVolumeClaim":
+            continue  # resize patches of PVCs the StatefulSet controller owns
+        assert meta["ownerReferences"] == [{
+            "apiVersion": "torchdev.io/v1alpha1", "kind": "DevServer", "name": name,
+            "uid": cr["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+        labels = meta["labels"]
+        assert labels["app.kubernetes.io/instance"] == name
+        assert labels["app.kubernetes.io/managed-by"] == "torchdev-operator"
+        assert labels["torchdev.io/devserver"] == name
+        assert labels["torchdev.io/flavor"] == cr["spec"]["flavor"]
+        assert "@" not in labels["torchdev.io/owner"]
+        assert meta["annotations"]["torchdev.io/desired-hash"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_statefulset(rendered, case):
+    cr, flavor = CASES[case]["cr"], CASES[case]["flavor"]
+    spec, name = cr["spec"], cr["metadata"]["name"]
+    objs = _by_kind(rendered[case])
+    sts = objs[("StatefulSet", name)]
+    pod = sts["spec"]["template"]["spec"]
+    dev = pod["containers"][0]
+    if spec.get("suspend"):
+        assert sts["spec"]["replicas"] == 0
+    elif spec.get("mode") == "distributed":
+        d = spec["distributed"]
+        assert sts["spec"]["replicas"] == d["worldSize"] // d.get("nprocsPerNode", 1)
+    else:
+        assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["serviceName"] == name
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Delete" if spec.get("homeRetentionPolicy") == "Delete" else "Retain", "whenScaled": "Retain"}
+    assert set(sts["spec"]["selector"]["matchLabels"].items()) <= set(sts["spec"]["template"]["metadata"]["labels"].items())
+    # security
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["fsGroup"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert dev["securityContext"]["allowPrivilegeEscalation"] is False
+    assert dev["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # volumes
+    mounts = {m["mountPath"]: m["name"] for m in dev["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["/home/dev"] == "home" and mounts["/dev/shm"] == "shm"
+    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(flavor["spec"].get("shmSize", "1Gi"))}
+    if spec.get("sharedVolumeClaimName"):
+        assert volumes[mounts["/shared"]]["persistentVolumeClaim"]["claimName"] == spec["sharedVolumeClaimName"]
+    else:
+        assert "/shared" not in mounts
+    # resources from the flavor, GPUs as nvidia.com/gpu
+    gpus = (flavor["spec"].get("gpu") or {}).get("count", 0)
+    limits = dev.get("resources", {}).get("limits", {})
+    if gpus:
+        assert limits["nvidia.com/gpu"] == str(gpus)
+    else:
+        assert "nvidia.com/gpu" not in limits
+    assert pod.get("nodeSelector", {}) == flavor["spec"].get("nodeSelector", {})
+    assert pod.get("tolerations", []) == flavor["spec"].get("tolerations", [])
+    # env: TORCHDEV_* first, then the user's (raw names, valueFrom kept)
+    env_names = [e["name"] for e in dev["env"]]
+    assert "TORCHDEV_NAME" in env_names
+    user = [e["name"] for e in spec.get("env", [])]
+    assert env_names[-len(user):] == user if user else True
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["torchdev.io/flavor-hash"] and annotations["torchdev.io/config-hash"]
+    # SSH
+    if spec.get("enableSSH", True):
+        assert "sshd -D -e -p 2222" in dev["args"][0]
+        svc = objs[("Service", name + "-ssh")]
+        assert svc["spec"]["ports"] == [{"name": "ssh", "port": 22, "targetPort": 2222, "protocol": "TCP"}]
+        assert svc["spec"]["type"] == "ClusterIP"
+    else:
+        assert ("Service", name + "-ssh") not in objs
+    headless = objs[("Service", name)]
+    assert headless["spec"]["clusterIP"] == "None"
+    if spec.get("sshPublicKeys") and spec.get("enableSSH", True):
+        cm = objs[("ConfigMap", name + "-ssh")]
+        assert cm["data"]["authorized_keys"].strip().splitlines() == spec["sshPublicKeys"]
+    else:
+        assert ("ConfigMap", name + "-ssh") not in objs
+
+
+def test_home_volume_template(rendered):
+    sts = _by_kind(rendered["jane-dev__gpu-a10g-1"])[("StatefulSet", "jane-dev")]
+    (vct,) = sts["spec"]["volumeClaimTemplates"]
+    assert vct["metadata"]["name"] == "home"
+    assert vct["spec"] == {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                           "resources": {"requests": {"storage": "100Gi"}}}
+
+
+def test_grown_home_keeps_template_and_resizes_pvc(rendered):
+    objs = _by_kind(rendered["grown_home"])
+    sts = objs[("StatefulSet", "grown")]
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "100Gi"
+    assert "status" not in sts["spec"]["volumeClaimTemplates"][0]
+    pvc = objs[("PersistentVolumeClaim", "home-grown-0")]
+    assert pvc["spec"] == {"resources": {"requests": {"storage": "200Gi"}}}
+
+
+def test_cpu_flavor_has_no_gpu(rendered):
+    sts = _by_kind(rendered["jane-dev__cpu-small"])[("StatefulSet", "jane-dev")]
+    resources = sts["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert "nvidia.com/gpu" not in resources.get("limits", {})
+    assert "nvidia.com/gpu" not in resources.get("requests", {})
+
+
+def test_raw_user_maps_are_not_snake_cased(rendered):
+    sts = _by_kind(rendered["env_shared_keys"])[("StatefulSet", "full")]
+    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NCCL_DEBUG"]["value"] == "INFO"
+    assert env["A"]["value"] == "$(TORCHDEV_NAME)"
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["ssh-secret"]["secret"]["secretName"] == "keys"
+
+
+def test_unchanged_objects_need_no_write(rendered):
+    """Rendered objects read back unchanged (plus server defaults) produce no drift."""
+    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
+    import torchdev  # noqa: PLC0415
+
+    for case, objects in rendered.items():
+        live = copy.deepcopy([o for o in objects if o["kind"] != "PersistentVolumeClaim"])
+        for obj in live:
+            obj["metadata"].update(uid="x", resourceVersion="7", creationTimestamp="2025-01-01T00:00:00Z")
+            obj["status"] = {"observedGeneration": 1}
+            if obj["kind"] == "Service":
+                obj["spec"].setdefault("sessionAffinity", "None")
+                obj["spec"]["clusterIPs"] = [obj["spec"].get("clusterIP", "10.0.0.1")]
+        wanted = [o for o in objects if o["kind"] != "PersistentVolumeClaim"]
+        assert torchdev.drift(wanted, live) == [], case
