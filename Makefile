@@ -12,7 +12,7 @@ KUBECTL := $(BIN)/kubectl
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export KUEUE_CRDS_DIR ?= $(abspath $(CURDIR)/../shared/schemas/kueue-v0.19.2)
 
-.PHONY: help setup demo test test-fast lint run install uninstall deploy undeploy bench docker-build clean
+.PHONY: help setup demo test molecule lint run install uninstall deploy undeploy bench docker-build clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -29,9 +29,13 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## Run the demo: kubesim (or $$KUBECONFIG), CRDs, operator, a DevServer to Ready
 	$(BIN)/python hack/demo.py
 
-test: setup ## Run every test (unit, kubesim, e2e, molecule, lint)
+test: setup ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
+
+molecule: setup ## The molecule scenario (kubesim started in create.yml): converge, idempotence, verify
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test
 
 lint: setup ## yamllint and ansible-lint (production profile)
 	$(BIN)/yamllint -s .
