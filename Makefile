@@ -39,7 +39,7 @@ molecule: setup ## The molecule scenario (kubesim started in create.yml): conver
 
 lint: setup ## yamllint and ansible-lint (production profile)
 	$(BIN)/yamllint -s .
-	$(BIN)/ansible-lint --profile production --offline -q roles playbooks
+	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
 
 run: setup ## Run the operator against $$KUBECONFIG in the foreground
 	@if command -v ansible-operator >/dev/null 2>&1; then \
