@@ -46,6 +46,11 @@ def _strip_volatile(obj: Obj) -> Obj:
     return o
 
 
+def _managed_sans_time(obj: Obj) -> list[Obj]:
+    return [{k: v for k, v in e.items() if k != "time"} if isinstance(e, dict) else e
+            for e in obj["metadata"].get("managedFields") or []]
+
+
 def _body_spec(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
@@ -410,8 +415,10 @@ class ApiServer:
         if _body_spec(new) != _body_spec(old):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         if _strip_volatile(new) == _strip_volatile(old) and \
-                new["metadata"].get("managedFields") == old["metadata"].get("managedFields"):
-            return deepcopy(old)  # no-op: no new resourceVersion, no event
+                _managed_sans_time(new) == _managed_sans_time(old):
+            # no-op: no new resourceVersion, no event (like kube-apiserver, a manager's
+            # timestamp only moves when the object changes)
+            return deepcopy(old)
         if dry_run:
             return new
         if old["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") \

@@ -168,6 +168,21 @@ def make_filter(label_selector: str | None, field_selector: str | None,
     fs = FieldSelector.parse(field_selector, kind) if field_selector else None
     if not ls and not fs:
         return None
+    if ls is not None and fs is None and all(r.op == "=" and len(r.values) == 1
+                                             for r in ls.requirements):
+        # fast path for the common `k=v,k2=v2` selector (lists scan every object)
+        pairs = tuple((r.key, r.values[0]) for r in ls.requirements)
+
+        def match_eq(obj: dict[str, Any]) -> bool:
+            labels = obj["metadata"].get("labels")
+            if not labels:
+                return not pairs
+            for k, v in pairs:
+                if labels.get(k) != v:
+                    return False
+            return True
+
+        return match_eq
 
     def match(obj: dict[str, Any]) -> bool:
         if ls is not None and not ls.matches(obj.get("metadata", {}).get("labels")):

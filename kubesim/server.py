@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -23,6 +24,9 @@ K8S_VERSION_INFO = {
     "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24",
     "compiler": "gc", "platform": "linux/amd64",
 }
+
+VERB_KEY = web.RequestKey("kubesim.verb", str)
+RESOURCE_KEY = web.RequestKey("kubesim.resource", str)
 
 PATCH_TYPES = {
     "application/merge-patch+json": "merge",
@@ -67,17 +71,25 @@ class KubeSimServer:
                                    middlewares=[self._middleware])
         r = self.app.router
         r.add_get("/version", self.version)
+        r.add_get("/version/", self.version)  # the official client asks for /version/
         r.add_get("/healthz", self.ok)
         r.add_get("/readyz", self.ok)
         r.add_get("/livez", self.ok)
         r.add_get("/api", self.core_versions)
+        r.add_get("/api/", self.core_versions)  # the official client asks with a slash
         r.add_get("/apis", self.api_groups)
+        r.add_get("/apis/", self.api_groups)
+        r.add_get("/apis/{group}/", self.group_versions)
+        r.add_get("/api/{version}/", self.core_resources)
+        r.add_get("/apis/{group}/{version}/", self.group_resources)
         r.add_get("/kubesim/metrics", self.get_metrics)
         r.add_post("/kubesim/metrics/reset", self.reset_metrics)
         r.add_get("/kubesim/requests", self.get_requests)
         r.add_post("/kubesim/faults", self.add_fault)
         r.add_get("/kubesim/faults", self.list_faults)
         r.add_delete("/kubesim/faults", self.clear_faults)
+        r.add_get("/openapi/v3", self.openapi_v3_root)
+        r.add_get("/openapi/v3/{gv:.+}", self.openapi_v3_gv)
         r.add_route("*", "/api/{version}", self.core_resources)
         r.add_route("*", "/api/{version}/{tail:.*}", self.dispatch)
         r.add_get("/apis/{group}", self.group_versions)
@@ -89,21 +101,24 @@ class KubeSimServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
         start = time.perf_counter()
-        request["kubesim.verb"] = request.method.lower()
-        request["kubesim.resource"] = ""
+        request[VERB_KEY] = request.method.lower()
+        request[RESOURCE_KEY] = ""
         try:
             response = await handler(request)
         except errors.ApiError as exc:
             response = _status_response(exc)
         except web.HTTPException as exc:
             response = exc
-        except ConnectionResetError:
+        except ConnectionResetError:  # dropped (fault injection) or gone: counted as code 0
+            self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY], 0, request.path,
+                                (time.perf_counter() - start) * 1000.0,
+                                request.headers.get("User-Agent", ""))
             raise
         except Exception as exc:  # never crash: report a 500 Status
             log.exception("internal error on %s %s", request.method, request.path)
             response = _status_response(errors.ApiError(500, f"internal error: {exc}"))
         if not request.path.startswith("/kubesim/"):
-            self.metrics.record(request["kubesim.verb"], request["kubesim.resource"],
+            self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY],
                                 getattr(response, "status", 0), request.path,
                                 (time.perf_counter() - start) * 1000.0,
                                 request.headers.get("User-Agent", ""))
@@ -200,6 +215,47 @@ class KubeSimServer:
     async def group_resources(self, request: web.Request) -> web.Response:
         return _json(self._resource_list(request.match_info["group"], request.match_info["version"]))
 
+    # -- OpenAPI v3 (just enough for kubectl) ----------------------------------------
+    # kubectl reads /openapi/v3 to learn whether the server validates objects itself
+    # (a `fieldValidation` query parameter on each kind's PATCH operation); when it does,
+    # it sends fieldValidation=Strict instead of downloading schemas to validate
+    # client-side. No schemas are served: kubectl then uses its built-in patch metadata.
+    def _gv_paths(self) -> dict[str, tuple[str, str]]:
+        out = {}
+        for group, versions in self.api.registry.groups().items():
+            for v in versions:
+                out[f"apis/{group}/{v}" if group else f"api/{v}"] = (group, v)
+        return out
+
+    async def openapi_v3_root(self, request: web.Request) -> web.Response:
+        paths = {}
+        for path, (group, v) in sorted(self._gv_paths().items()):
+            kinds = ",".join(sorted(rt.kind for rt in self.api.registry.resources_in(group, v)))
+            digest = hashlib.sha256(kinds.encode()).hexdigest()[:16].upper()
+            paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
+        return _json({"paths": paths})
+
+    async def openapi_v3_gv(self, request: web.Request) -> web.Response:
+        gv = self._gv_paths().get(request.match_info["gv"].strip("/"))
+        if gv is None:
+            raise errors.ApiError(404, "the server could not find the requested resource",
+                                  "NotFound")
+        group, version = gv
+        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        params = [{"name": n, "in": "query", "schema": {"type": "string"}}
+                  for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
+        paths = {}
+        for rt in self.api.registry.resources_in(group, version):
+            gvk = {"group": group, "version": version, "kind": rt.kind}
+            ns = "/namespaces/{namespace}" if rt.namespaced else ""
+            paths[f"{prefix}{ns}/{rt.plural}/{{name}}"] = {"patch": {
+                "operationId": f"patch{rt.kind}", "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk}}
+        return _json({"openapi": "3.0.0", "info": {"title": "Kubernetes (kubesim)",
+                                                   "version": K8S_VERSION_INFO["gitVersion"]},
+                      "paths": paths, "components": {"schemas": {}}})
+
     # -- admin endpoints -----------------------------------------------------------
     async def get_metrics(self, request: web.Request) -> web.Response:
         return _json(self.metrics.snapshot())
@@ -257,6 +313,14 @@ class KubeSimServer:
         if not raw:
             return None
         ctype = request.content_type
+        if "protobuf" in ctype or "cbor" in ctype:
+            # like kube-apiserver for a media type it cannot decode. NB: kubectl's typed
+            # commands (`kubectl create configmap ...`) send protobuf and do not fall back;
+            # `kubectl apply/create -f`, `run`, `get`, `delete`, `wait` send JSON.
+            raise errors.ApiError(415, f"the body of the request was in an unknown format "
+                                  f"({ctype}) - accepted media types include: application/json, "
+                                  f"application/yaml (kubesim does not decode protobuf)",
+                                  "UnsupportedMediaType")
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
@@ -280,8 +344,8 @@ class KubeSimServer:
         else:
             verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
                     "DELETE": "delete" if route.name else "deletecollection"}.get(method, method)
-        request["kubesim.verb"] = verb
-        request["kubesim.resource"] = route.resource_label
+        request[VERB_KEY] = verb
+        request[RESOURCE_KEY] = route.resource_label
         await self._apply_faults(request, verb, route.resource_label)
         api, rt = self.api, route.rt
         ns = route.namespace
@@ -300,8 +364,10 @@ class KubeSimServer:
                 fs = q.get("fieldSelector")
                 if route.name:
                     fs = ",".join(filter(None, [fs, f"metadata.name={route.name}"]))
-                return await self._watch(request, rt, ns, q.get("labelSelector"), fs,
-                                         q.get("resourceVersion"), q.get("timeoutSeconds"))
+                initial_events = q.get("sendInitialEvents") == "true"
+                rv = None if initial_events else q.get("resourceVersion")
+                return await self._watch(request, rt, ns, q.get("labelSelector"), fs, rv,
+                                         q.get("timeoutSeconds"), initial_events)
             if route.name is None:
                 limit = int(q["limit"]) if q.get("limit", "").isdigit() else None
                 result = api.list(rt, ns, q.get("labelSelector"), q.get("fieldSelector"), limit,
@@ -386,8 +452,13 @@ class KubeSimServer:
     # -- watch -------------------------------------------------------------------
     async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None,
                      label_selector: str | None, field_selector: str | None,
-                     resource_version: str | None, timeout: str | None) -> web.StreamResponse:
+                     resource_version: str | None, timeout: str | None,
+                     initial_events_end: bool = False) -> web.StreamResponse:
+        """Stream watch events. With `sendInitialEvents=true` (client-go's WatchList, used by
+        `kubectl wait`) the current objects come first, then a BOOKMARK annotated
+        `k8s.io/initial-events-end` that tells the client the initial list is complete."""
         watcher, initial = self.api.watch(rt, ns, label_selector, field_selector, resource_version)
+        list_rv = str(self.api.store.rv)
         resp = web.StreamResponse(status=200)
         resp.content_type = "application/json"
         resp.enable_chunked_encoding()
@@ -409,6 +480,11 @@ class KubeSimServer:
         try:
             for et, obj in initial:
                 await resp.write(encode(et, obj))
+            if initial_events_end:
+                await resp.write(encode("BOOKMARK", {
+                    "kind": rt.kind, "apiVersion": api_version,
+                    "metadata": {"resourceVersion": list_rv,
+                                 "annotations": {"k8s.io/initial-events-end": "true"}}}))
             while True:
                 wait = None
                 if deadline is not None:
