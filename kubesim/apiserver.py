@@ -8,7 +8,7 @@ subresources, finalizers and deletion propagation.
 from __future__ import annotations
 
 import base64
-import copy
+import contextvars
 import datetime as _dt
 import ipaddress
 import json
@@ -25,6 +25,10 @@ from kubesim.store import Store, Watcher
 Obj = dict[str, Any]
 
 _CRD_KEY = "customresourcedefinitions.apiextensions.k8s.io"
+
+# The request's ?fieldValidation= (Strict, Warn, Ignore); the HTTP layer sets it per request.
+FIELD_VALIDATION: contextvars.ContextVar[str] = contextvars.ContextVar("field_validation",
+                                                                      default="Ignore")
 _SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
 
 
@@ -131,7 +135,8 @@ class ApiServer:
         if not self.validate:
             return obj
         if rt.crd:
-            return self.crd_model(rt).admit(obj, old, subresource=subresource)
+            return self.crd_model(rt).admit(obj, old, subresource=subresource,
+                                            field_validation=FIELD_VALIDATION.get())
         if rt.key == _CRD_KEY:
             validation.validate_crd(obj)
         validation.validate_builtin(obj)

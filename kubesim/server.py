@@ -12,7 +12,7 @@ import yaml
 from aiohttp import web
 
 from kubesim import errors
-from kubesim.apiserver import ApiServer
+from kubesim.apiserver import FIELD_VALIDATION, ApiServer
 from kubesim.faults import FaultInjector
 from kubesim.metrics import Metrics
 from kubesim.registry import ResourceType
@@ -386,6 +386,7 @@ class KubeSimServer:
 
         body = await self._body(request)
         field_manager = q.get("fieldManager")
+        FIELD_VALIDATION.set(q.get("fieldValidation") or "Ignore")
         if method == "POST":
             if route.name and not route.subresource:
                 raise errors.ApiError(405, "the server does not allow this method on the "

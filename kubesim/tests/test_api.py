@@ -723,6 +723,15 @@ def test_cr_defaults_and_pruning(http, widgets):
     assert http.get(f"{widgets}/w1")[1]["spec"] == out["spec"]
 
 
+def test_cr_unknown_field_with_strict_field_validation(http, widgets):
+    body = widget("w1s", widgets.split("/")[5], size=2)
+    body["spec"]["unknownField"] = "x"
+    code, out = http.post(widgets + "?fieldValidation=Strict", body)
+    assert code == 400, out
+    assert_status(out, 400, "BadRequest", 'unknown field "spec.unknownField"')
+    assert http.get(f"{widgets}/w1s")[0] == 404
+
+
 def test_cr_cel_rule_violation(http, widgets):
     code, out = http.post(widgets, widget("w2", widgets.split("/")[5], size=11))
     assert code == 422, out
