@@ -1,0 +1,237 @@
+"""Helpers shared by the built-in controllers (not a controller itself)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+from kubesim.errors import ApiError
+
+Obj = dict[str, Any]
+
+# k8s.io/apimachinery/pkg/util/rand: no vowels, no confusable characters
+_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def now(cluster: Any) -> datetime:
+    fn = getattr(cluster, "now", None)
+    if callable(fn):
+        t = fn()
+        if isinstance(t, datetime):
+            return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return datetime.now(timezone.utc)
+
+
+def fmt_time(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: str | None) -> datetime | None:
+    if not s:
+        return None
+    try:
+        return datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def rand_suffix(n: int = 5) -> str:
+    return "".join(random.choice(_ALPHANUMS) for _ in range(n))
+
+
+def safe_encode(data: bytes, n: int = 10) -> str:
+    h = int.from_bytes(hashlib.sha256(data).digest()[:8], "big")
+    out = []
+    for _ in range(n):
+        h, r = divmod(h, len(_ALPHANUMS))
+        out.append(_ALPHANUMS[r])
+    return "".join(out)
+
+
+def template_hash(template: Any, collision_count: int = 0) -> str:
+    """A stable 10-character hash of a pod template (pod-template-hash, revision hashes)."""
+    data = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
+    if collision_count:
+        data += str(collision_count).encode()
+    return safe_encode(data)
+
+
+def try_get(api: Any, resource: str, namespace: str | None, name: str) -> Obj | None:
+    try:
+        return api.get(resource, namespace, name)
+    except ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def ignore_not_found(fn, *args, **kwargs) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
+def controller_ref(owner: Obj, api_version: str, kind: str) -> Obj:
+    return {"apiVersion": api_version, "kind": kind, "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def controlled_by(obj: Obj, uid: str) -> bool:
+    return any(r.get("uid") == uid and r.get("controller")
+               for r in obj.get("metadata", {}).get("ownerReferences") or [])
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
+    """metav1.LabelSelector semantics. None matches nothing; {} matches everything."""
+    if selector is None:
+        return False
+    labels = labels or {}
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def get_condition(obj: Obj, type_: str) -> Obj | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def condition_true(obj: Obj, type_: str) -> bool:
+    c = get_condition(obj, type_)
+    return bool(c and c.get("status") == "True")
+
+
+def set_condition(conditions: list[Obj] | None, type_: str, status: str, reason: str = "",
+                  message: str = "", when: str = "", probe: bool = False,
+                  update_time: bool = False) -> list[Obj]:
+    """A new conditions list with `type_` set; transition time kept when status is unchanged."""
+    out = [dict(c) for c in conditions or []]
+    for c in out:
+        if c.get("type") == type_:
+            if c.get("status") != status:
+                c["lastTransitionTime"] = when
+                if update_time:
+                    c["lastUpdateTime"] = when
+            elif update_time and (c.get("reason") != reason or c.get("message") != message):
+                c["lastUpdateTime"] = when
+            c["status"] = status
+            _set_or_drop(c, "reason", reason)
+            _set_or_drop(c, "message", message)
+            return out
+    c = {"type": type_, "status": status}
+    if probe:
+        c["lastProbeTime"] = None
+    if update_time:
+        c["lastUpdateTime"] = when
+    c["lastTransitionTime"] = when
+    _set_or_drop(c, "reason", reason)
+    _set_or_drop(c, "message", message)
+    out.append(c)
+    return out
+
+
+def _set_or_drop(d: Obj, k: str, v: str) -> None:
+    if v:
+        d[k] = v
+    else:
+        d.pop(k, None)
+
+
+# -- pods ------------------------------------------------------------------------
+def pod_terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pod_deleting(pod: Obj) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def pod_active(pod: Obj) -> bool:
+    return not pod_terminal(pod) and not pod_deleting(pod)
+
+
+def pod_ready(pod: Obj) -> bool:
+    st = pod.get("status") or {}
+    return st.get("phase") == "Running" and condition_true(pod, "Ready")
+
+
+def namespace_terminating(api: Any, namespace: str) -> bool:
+    ns = try_get(api, "namespaces", None, namespace)
+    return ns is None or bool(ns["metadata"].get("deletionTimestamp"))
+
+
+def annotation(obj: Obj, key: str) -> str | None:
+    return (obj.get("metadata", {}).get("annotations") or {}).get(key)
+
+
+def pod_from_template(template: Obj | None, name: str, namespace: str,
+                      extra_labels: Mapping[str, str] | None = None,
+                      owner_ref: Obj | None = None,
+                      extra_annotations: Mapping[str, str] | None = None) -> Obj:
+    template = copy.deepcopy(template or {})
+    tmeta = template.get("metadata") or {}
+    labels = dict(tmeta.get("labels") or {})
+    labels.update(extra_labels or {})
+    annotations = dict(tmeta.get("annotations") or {})
+    annotations.update(extra_annotations or {})
+    meta: Obj = {"name": name, "namespace": namespace, "labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    if tmeta.get("finalizers"):
+        meta["finalizers"] = list(tmeta["finalizers"])
+    if owner_ref:
+        meta["ownerReferences"] = [owner_ref]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": template.get("spec") or {"containers": []}}
+
+
+def list_readonly(api: Any, resource: str, namespace: str | None = None, **kw: Any) -> list[Obj]:
+    """Items of a list without the deep copy: the caller must not mutate them (the store
+    never mutates stored objects in place, so they stay valid snapshots)."""
+    try:
+        return api.list(resource, namespace, copy_=False, **kw)["items"]
+    except TypeError:
+        return api.list(resource, namespace, **kw)["items"]
+
+
+def owned_pods(api: Any, namespace: str, owner_uid: str) -> list[Obj]:
+    """Pods controlled by owner_uid (read-only snapshots)."""
+    return [p for p in list_readonly(api, "pods", namespace) if controlled_by(p, owner_uid)]
+
+
+def write_status(api: Any, resource: str, obj: Obj, status: Obj) -> Obj | None:
+    """PUT the status subresource when it differs; None on 404/409 (retry later)."""
+    if obj.get("status") == status:
+        return obj
+    new = dict(obj)
+    new["status"] = status
+    try:
+        return api.update(resource, new, namespace=obj["metadata"].get("namespace"),
+                          subresource="status")
+    except ApiError as exc:
+        if exc.code in (404, 409):
+            return None
+        raise
+
+
+def names(objs: Iterable[Obj]) -> list[str]:
+    return [o["metadata"]["name"] for o in objs]
