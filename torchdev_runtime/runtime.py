@@ -283,6 +283,10 @@ class Runtime:
             out[g.kind] = d
         return out[self._controller(kind).gvk.kind] if kind else out
 
+    def enqueue(self, kind: str, namespace: str, name: str) -> None:
+        """Queue a reconcile of one object now, as a watch event would (tests, tooling)."""
+        self._controller(kind).queue.add((namespace or "", name))
+
     def history(self, kind: str | None = None) -> list[ReconcileRecord]:
         """Finished reconciles, oldest first (the last 1000 per kind)."""
         recs: list[ReconcileRecord] = []

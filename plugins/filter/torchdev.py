@@ -25,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import datetime
 import hashlib
 import json
 import re
@@ -647,6 +648,36 @@ def failure_message(failed_result=None, limit=1024):
     return msg[: int(limit)]
 
 
+def requeue_period(status, now=None, minimum=2, maximum=60):
+    """How soon to look again at a DevServer whose pods are not all ready ("" when settled).
+
+    Pod readiness changes the StatefulSet's status only, which ansible-operator's
+    dependent-resource predicate does not reliably see, so a starting server is polled:
+    every `minimum` seconds at first, backing off to a quarter of the time it has been
+    provisioning, at most `maximum` seconds (a server queued for capacity is not hammered).
+    """
+    status = status or {}
+    if status.get("phase") not in ("Pending", "Provisioning"):
+        return ""
+    since = None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("lastTransitionTime"):
+            since = _parse_time(cond["lastTransitionTime"])
+    current = _parse_time(now) if now else datetime.datetime.now(datetime.timezone.utc)
+    waited = (current - since).total_seconds() if since and current else 0
+    return "%ds" % int(max(minimum, min(maximum, waited / 4)))
+
+
+def _parse_time(value):
+    if isinstance(value, datetime.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+    try:
+        return datetime.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc)
+    except ValueError:
+        raise AnsibleFilterError("not an RFC 3339 UTC time: %r" % (value,))
+
+
 class FilterModule(object):
     """torchdev filters."""
 
@@ -682,6 +713,7 @@ class FilterModule(object):
         "torchdev_devserver_status": devserver_status,
         "torchdev_failure_reason": failure_reason,
         "torchdev_failure_message": failure_message,
+        "torchdev_requeue_period": requeue_period,
     }
 
     def filters(self):

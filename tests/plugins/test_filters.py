@@ -286,3 +286,27 @@ def test_filter_module_wraps_errors():
     assert filters["torchdev_owner_label"]("a@b.c") == "a_at_b.c"
     with pytest.raises(AnsibleFilterError):
         filters["torchdev_quantity"]("lots")
+
+
+def _progressing_since(ts, phase="Provisioning"):
+    return {"phase": phase, "conditions": [
+        {"type": "Progressing", "status": "True", "reason": "Provisioning", "lastTransitionTime": ts}]}
+
+
+@pytest.mark.parametrize("status,now,expected", [
+    (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T00:00:01Z", "2s"),      # just started
+    (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T00:01:00Z", "15s"),     # backing off
+    (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T02:00:00Z", "60s"),     # capped
+    (_progressing_since("2026-01-01T00:00:00Z", "Pending"), "2026-01-01T00:00:20Z", "5s"),
+    ({"phase": "Provisioning"}, "2026-01-01T00:00:00Z", "2s"),                         # no condition yet
+    (_progressing_since("2026-01-01T00:00:00Z", "Running"), "2026-01-01T00:00:01Z", ""),
+    ({"phase": "Suspended"}, None, ""),
+    ({}, None, ""),
+])
+def test_requeue_period(status, now, expected):
+    assert f.requeue_period(status, now) == expected
+
+
+def test_requeue_period_rejects_bad_time():
+    with pytest.raises(Exception, match="RFC 3339"):
+        f.requeue_period(_progressing_since("yesterday"), "2026-01-01T00:00:00Z")

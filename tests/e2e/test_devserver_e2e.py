@@ -1,0 +1,217 @@
+"""End to end: kubesim + the local runtime + the real roles.
+
+One simulator and one operator runtime per module; each test works in its own
+namespace. Nothing is mocked: the roles run through ansible-runner against
+the simulator over HTTP, and the simulator's controllers schedule and start
+the pods.
+"""
+from __future__ import annotations
+
+import pathlib
+import uuid
+
+import pytest
+import yaml
+
+from kubesim.testing import KubeSim
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GROUP, VERSION = "torchdev.io", "v1alpha1"
+NODES = (ROOT / "hack" / "sample-nodes.spec").read_text().strip()
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForTorchdevEndToEndxxxxxxxxxxxxx e2e@test"
+
+
+def _load(path: pathlib.Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with KubeSim(nodes=NODES) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def kube(sim):
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(sim.kubeconfig)
+    ext = client.ApiextensionsV1Api(api_client)
+    for crd in sorted((ROOT / "config" / "crd" / "bases").glob("*.yaml")):
+        ext.create_custom_resource_definition(_load(crd))
+    custom = client.CustomObjectsApi(api_client)
+    for f in sorted((ROOT / "config" / "samples").glob("*devserverflavor*.yaml")):
+        custom.create_cluster_custom_object(GROUP, VERSION, "devserverflavors", _load(f))
+    return {
+        "core": client.CoreV1Api(api_client),
+        "apps": client.AppsV1Api(api_client),
+        "custom": custom,
+    }
+
+
+@pytest.fixture(scope="module")
+def runtime(sim, kube):
+    from torchdev_runtime.runtime import Runtime
+
+    rt = Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig,
+                 ansible_config=str(ROOT / "ansible.cfg"), max_concurrent_reconciles=2)
+    rt.start()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
+@pytest.fixture
+def ns(kube):
+    name = f"dev-e2e-{uuid.uuid4().hex[:6]}"
+    kube["core"].create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                   "metadata": {"name": name}})
+    return name
+
+
+def devserver(name: str, flavor: str = "cpu-small", **spec) -> dict:
+    body = {"owner": "e2e@example.com", "flavor": flavor, "sshPublicKeys": [KEY]}
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer",
+            "metadata": {"name": name}, "spec": body}
+
+
+def get_ds(kube, ns, name) -> dict:
+    return kube["custom"].get_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name)
+
+
+def condition(obj: dict, ctype: str) -> dict:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return {}
+
+
+def wait_ready(sim, kube, ns, name, timeout=90) -> dict:
+    def ready():
+        obj = get_ds(kube, ns, name)
+        ok = (condition(obj, "Ready").get("status") == "True"
+              and obj["status"].get("observedGeneration") == obj["metadata"]["generation"])
+        return obj if ok else None
+    return sim.wait_for(ready, timeout, interval=0.1, message=f"devserver {ns}/{name} Ready")
+
+
+def pod(kube, ns, name):
+    return kube["core"].read_namespaced_pod(f"{name}-0", ns)
+
+
+def test_create_to_ready(sim, kube, runtime, ns):
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                                   devserver("alpha"))
+    obj = wait_ready(sim, kube, ns, "alpha")
+    st = obj["status"]
+    assert st["phase"] == "Running"
+    assert st["readyReplicas"] == 1 and st["ready"] == "1/1"
+    assert st["sshEndpoint"].startswith(f"alpha-ssh.{ns}.svc")
+    assert condition(obj, "Degraded")["status"] == "False"
+
+    uid = obj["metadata"]["uid"]
+    sts = kube["apps"].read_namespaced_stateful_set("alpha", ns)
+    assert sts.spec.replicas == 1
+    assert [r.uid for r in sts.metadata.owner_references] == [uid]
+    for svc in ("alpha", "alpha-ssh"):
+        s = kube["core"].read_namespaced_service(svc, ns)
+        assert [r.uid for r in s.metadata.owner_references] == [uid]
+    p = pod(kube, ns, "alpha")
+    assert p.status.phase == "Running"
+    assert p.spec.node_name.startswith("cpu-")  # the flavor's nodeSelector
+    container = p.spec.containers[0]
+    assert container.resources.requests["cpu"] == "2"
+    mounts = {m.mount_path for m in container.volume_mounts}
+    assert {"/home/dev", "/dev/shm"} <= mounts
+    pvc = kube["core"].read_namespaced_persistent_volume_claim("home-alpha-0", ns)
+    assert pvc.status.phase == "Bound" and pvc.spec.storage_class_name == "gp3"
+    assert not pvc.metadata.owner_references  # the home volume outlives the DevServer
+
+
+def test_reconcile_of_unchanged_devserver_writes_nothing(sim, kube, runtime, ns):
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                                   devserver("idem"))
+    wait_ready(sim, kube, ns, "idem")
+    assert runtime.wait_idle(60)
+    before = runtime.counters("DevServer")["succeeded"]
+    sim.reset_metrics()
+    runtime.enqueue("DevServer", ns, "idem")
+    sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60,
+                 message="a second reconcile")
+    assert runtime.wait_idle(60)
+    assert sim.writes() == 0, sim.requests()
+    reads = sim.metrics()["by_verb"]
+    assert reads.get("get", 0) > 0  # it did look
+    record = [r for r in runtime.history("DevServer") if r.name == "idem"][-1]
+    assert record.ok and record.ansible.get("changed", 0) == 0, record
+
+
+def test_flavor_change_rolls_the_pod(sim, kube, runtime, ns):
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                                   devserver("roll"))
+    wait_ready(sim, kube, ns, "roll")
+    first = pod(kube, ns, "roll")
+    patch = {"spec": {"flavor": "gpu-a10g-1"}}
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "roll", patch)
+
+    def rolled():
+        p = pod(kube, ns, "roll")
+        return p if p.metadata.uid != first.metadata.uid and p.status.phase == "Running" else None
+    second = sim.wait_for(rolled, 90, interval=0.1, message="the pod to be replaced")
+    assert second.spec.node_name.startswith("g5-")
+    assert second.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    obj = wait_ready(sim, kube, ns, "roll")
+    assert obj["spec"]["flavor"] == "gpu-a10g-1"
+
+
+def test_delete_removes_children_and_keeps_home(sim, kube, runtime, ns):
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                                   devserver("bye"))
+    wait_ready(sim, kube, ns, "bye")
+    kube["custom"].delete_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "bye")
+
+    def children_gone():
+        sts = kube["apps"].list_namespaced_stateful_set(ns).items
+        svcs = kube["core"].list_namespaced_service(ns).items
+        pods = kube["core"].list_namespaced_pod(ns).items
+        return not sts and not svcs and not pods
+    sim.wait_for(children_gone, 60, message="the DevServer's children to be collected")
+    pvc = kube["core"].read_namespaced_persistent_volume_claim("home-bye-0", ns)
+    assert pvc.metadata.deletion_timestamp is None and pvc.status.phase == "Bound"
+
+
+def test_unknown_flavor_is_degraded_then_recovers(sim, kube, runtime, ns):
+    flavor = f"late-{uuid.uuid4().hex[:5]}"
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                                   devserver("lost", flavor=flavor))
+
+    def degraded():
+        obj = get_ds(kube, ns, "lost")
+        c = condition(obj, "Degraded")
+        return obj if c.get("status") == "True" and c.get("reason") == "FlavorNotFound" else None
+    obj = sim.wait_for(degraded, 60, interval=0.1, message="Degraded/FlavorNotFound")
+    assert flavor in condition(obj, "Degraded")["message"]
+    assert condition(obj, "Ready")["status"] == "False"
+
+    def warning_event():
+        events = kube["core"].list_namespaced_event(
+            ns, field_selector="involvedObject.name=lost").items
+        return [e for e in events if e.type == "Warning" and e.reason == "FlavorNotFound"]
+    event = sim.wait_for(warning_event, 30, message="a Warning Event")[0]
+    assert flavor in event.message and event.involved_object.kind == "DevServer"
+    # a problem with the spec is reported, not retried: the run succeeded
+    assert runtime.wait_idle(60)
+    lost = [r for r in runtime.history("DevServer") if r.name == "lost"]
+    assert lost and all(r.ok for r in lost), lost
+    assert not kube["apps"].list_namespaced_stateful_set(ns).items  # nothing half-made
+
+    # the flavor appears: the flavor role nudges the DevServer, which becomes Ready
+    small = _load(ROOT / "config" / "samples" / "torchdev_v1alpha1_devserverflavor_cpu-small.yaml")
+    small["metadata"]["name"] = flavor
+    kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devserverflavors", small)
+    obj = wait_ready(sim, kube, ns, "lost")
+    assert condition(obj, "Degraded")["status"] == "False"
