@@ -106,6 +106,11 @@ def is_quantity(value):
 
 
 # --------------------------------------------------------------------------- hashing
+def _plain(obj):
+    """A plain-JSON copy: faster than copy.deepcopy, and it sheds Ansible's tagged types."""
+    return json.loads(json.dumps(obj, default=str))
+
+
 def checksum(obj, length=16):
     """Stable short sha256 of any JSON-serialisable object (key order independent)."""
     data = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
@@ -314,7 +319,7 @@ def object_key(obj):
 
 
 def _strip(obj):
-    clean = copy.deepcopy(obj)
+    clean = _plain(obj)
     clean.pop("status", None)
     meta = clean.get("metadata") or {}
     for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink"):
@@ -332,7 +337,7 @@ def stamp(objects):
     for obj in objects or []:
         if not obj:
             continue
-        obj = copy.deepcopy(obj)
+        obj = _plain(obj)
         digest = checksum(_strip(obj), 32)
         obj.setdefault("metadata", {}).setdefault("annotations", {})[DESIRED_HASH_ANNOTATION] = digest
         result.append(obj)
@@ -422,12 +427,12 @@ def _preserve_immutable(desired, live):
     """
     if not desired or not live:
         return desired
-    result = copy.deepcopy(desired)
+    result = _plain(desired)
     live_spec = live.get("spec") or {}
     for field in _IMMUTABLE_STS_FIELDS:
         if field not in live_spec:
             continue
-        value = copy.deepcopy(live_spec[field])
+        value = _plain(live_spec[field])
         if field == "volumeClaimTemplates":
             for template in value:
                 template.pop("status", None)
@@ -648,6 +653,51 @@ def failure_message(failed_result=None, limit=1024):
     return msg[: int(limit)]
 
 
+def spec_problem(spec):
+    """{reason: InvalidSpec, message} for a DevServer spec the role cannot serve, else None."""
+    errors = spec_errors(spec)
+    return {"reason": "InvalidSpec", "message": "; ".join(errors)} if errors else None
+
+
+def flavor_problem(flavor, name):
+    """{reason, message} when the DevServerFlavor ``name`` (the live object, or None when
+    it does not exist) cannot be used, else None."""
+    if not flavor:
+        return {"reason": "FlavorNotFound",
+                "message": "DevServerFlavor %s does not exist (kubectl get devserverflavors "
+                           "lists the available ones)" % name}
+    errors = flavor_errors(flavor.get("spec") or {})
+    if errors:
+        return {"reason": "InvalidSpec",
+                "message": "DevServerFlavor %s is invalid: %s" % (name, "; ".join(errors))}
+    return None
+
+
+def _module_utils(name):
+    """Load one of our module_utils files (modules get them bundled; filters do not)."""
+    import importlib.util
+    import os
+    import sys
+
+    key = "_torchdev_module_utils_" + name
+    if key not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "module_utils", name + ".py")
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[key] = module
+    return sys.modules[key]
+
+
+def status_changes(live_status, desired_status, conditions=None, observed_generation=None):
+    """The merge patch torchdev_status would send for this status, or None: lets a role
+    skip the module run (a process and a client import) when the status is unchanged."""
+    patch, _result = _module_utils("torchdev_status").status_patch(
+        _plain(live_status), _plain(desired_status), _plain(conditions),
+        observed_generation=observed_generation)
+    return patch
+
+
 def requeue_period(status, now=None, minimum=2, maximum=60):
     """How soon to look again at a DevServer whose pods are not all ready ("" when settled).
 
@@ -707,6 +757,8 @@ class FilterModule(object):
         "torchdev_flavor_users": flavor_users,
         "torchdev_flavor_notices": flavor_notices,
         "torchdev_spec_errors": spec_errors,
+        "torchdev_spec_problem": spec_problem,
+        "torchdev_flavor_problem": flavor_problem,
         "torchdev_replicas": replicas,
         "torchdev_condition": condition,
         "torchdev_phase": phase,
@@ -714,6 +766,7 @@ class FilterModule(object):
         "torchdev_failure_reason": failure_reason,
         "torchdev_failure_message": failure_message,
         "torchdev_requeue_period": requeue_period,
+        "torchdev_status_changes": status_changes,
     }
 
     def filters(self):

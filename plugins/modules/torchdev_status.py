@@ -115,10 +115,10 @@ patch:
   type: dict
 """
 
-import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, api_client
 from ansible.module_utils.torchdev_status import default_plural, status_patch
 
 try:
@@ -130,43 +130,6 @@ try:
 except ImportError:  # pragma: no cover
     HAS_K8S = False
     K8S_IMPORT_ERROR = traceback.format_exc()
-
-
-def _env(name):
-    value = os.environ.get(name)
-    return value if value not in (None, "") else None
-
-
-def api_client(params):
-    """An ApiClient configured like kubernetes.core does (options, K8S_AUTH_*, KUBECONFIG, in-cluster)."""
-    kubeconfig = params.get("kubeconfig") or _env("K8S_AUTH_KUBECONFIG")
-    context = params.get("context") or _env("K8S_AUTH_CONTEXT")
-    host = params.get("host") or _env("K8S_AUTH_HOST")
-    api_key = params.get("api_key") or _env("K8S_AUTH_API_KEY")
-    verify = params.get("validate_certs")
-    if verify is None and _env("K8S_AUTH_VERIFY_SSL") is not None:
-        verify = _env("K8S_AUTH_VERIFY_SSL").lower() in ("1", "true", "yes", "on")
-    ca_cert = params.get("ca_cert") or _env("K8S_AUTH_SSL_CA_CERT")
-
-    configuration = kubernetes.client.Configuration()
-    if host:
-        configuration.host = host
-        if api_key:
-            configuration.api_key = {"authorization": "Bearer " + api_key}
-    elif kubeconfig or _env("KUBECONFIG"):
-        kubernetes.config.load_kube_config(
-            config_file=os.path.expanduser(kubeconfig) if kubeconfig else None,
-            context=context, client_configuration=configuration)
-    else:
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config(context=context, client_configuration=configuration)
-    if verify is not None:
-        configuration.verify_ssl = verify
-    if ca_cert:
-        configuration.ssl_ca_cert = ca_cert
-    return kubernetes.client.ApiClient(configuration)
 
 
 def _to_dict(obj):
@@ -235,13 +198,7 @@ def main():
             status=dict(type="dict", default={}),
             conditions=dict(type="list", elements="dict"),
             observed_generation=dict(type="int"),
-            kubeconfig=dict(type="path"),
-            context=dict(type="str"),
-            host=dict(type="str"),
-            api_key=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", aliases=["verify_ssl"]),
-            ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
-            request_timeout=dict(type="int", default=30),
+            **AUTH_ARG_SPEC
         ),
         supports_check_mode=True,
     )

@@ -1,0 +1,63 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""Kubernetes client setup shared by the torchdev modules (the way kubernetes.core does it)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+try:
+    import kubernetes
+    HAS_K8S = True
+except ImportError:  # pragma: no cover
+    HAS_K8S = False
+
+# Connection options every torchdev module accepts (same names as kubernetes.core).
+AUTH_ARG_SPEC = dict(
+    kubeconfig=dict(type="path"),
+    context=dict(type="str"),
+    host=dict(type="str"),
+    api_key=dict(type="str", no_log=True),
+    validate_certs=dict(type="bool", aliases=["verify_ssl"]),
+    ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
+    request_timeout=dict(type="int", default=30),
+)
+
+
+def _env(name):
+    value = os.environ.get(name)
+    return value if value not in (None, "") else None
+
+
+def api_client(params):
+    """An ApiClient configured like kubernetes.core does (options, K8S_AUTH_*, KUBECONFIG, in-cluster)."""
+    kubeconfig = params.get("kubeconfig") or _env("K8S_AUTH_KUBECONFIG")
+    context = params.get("context") or _env("K8S_AUTH_CONTEXT")
+    host = params.get("host") or _env("K8S_AUTH_HOST")
+    api_key = params.get("api_key") or _env("K8S_AUTH_API_KEY")
+    verify = params.get("validate_certs")
+    if verify is None and _env("K8S_AUTH_VERIFY_SSL") is not None:
+        verify = _env("K8S_AUTH_VERIFY_SSL").lower() in ("1", "true", "yes", "on")
+    ca_cert = params.get("ca_cert") or _env("K8S_AUTH_SSL_CA_CERT")
+
+    configuration = kubernetes.client.Configuration()
+    if host:
+        configuration.host = host
+        if api_key:
+            configuration.api_key = {"authorization": "Bearer " + api_key}
+    elif kubeconfig or _env("KUBECONFIG"):
+        kubernetes.config.load_kube_config(
+            config_file=os.path.expanduser(kubeconfig) if kubeconfig else None,
+            context=context, client_configuration=configuration)
+    else:
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(context=context, client_configuration=configuration)
+    if verify is not None:
+        configuration.verify_ssl = verify
+    if ca_cert:
+        configuration.ssl_ca_cert = ca_cert
+    return kubernetes.client.ApiClient(configuration)

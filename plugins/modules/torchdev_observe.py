@@ -1,0 +1,206 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""Ansible module: read several Kubernetes objects in one module run."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: torchdev_observe
+short_description: Read several Kubernetes objects (by name or label selector) in one module run
+description:
+  - Each C(kubernetes.core.k8s_info) task starts a Python process and imports the
+    Kubernetes client, about a second per task. A reconcile that reads its custom
+    resource's flavor and every child it may own pays that once with this module.
+  - One GET per named object (a missing object is C(null), not an error), one LIST per
+    label-selected query. Read-only, so check mode changes nothing.
+  - Connection settings follow kubernetes.core (C(K8S_AUTH_KUBECONFIG), C(K8S_AUTH_CONTEXT),
+    C(K8S_AUTH_HOST), C(K8S_AUTH_API_KEY), C(K8S_AUTH_VERIFY_SSL), C(K8S_AUTH_SSL_CA_CERT)),
+    then C(KUBECONFIG), the in-cluster service account and C(~/.kube/config).
+version_added: "0.1.0"
+author: torchdev maintainers
+options:
+  namespace:
+    description: Default namespace of the queries that do not set one.
+    type: str
+  queries:
+    description:
+      - Named queries. Each has C(api_version), C(plural) and either C(name) or
+        C(label_selector); C(namespace) overrides the default; C(cluster=true) for
+        cluster-scoped resources.
+    type: dict
+    required: true
+  kubeconfig:
+    description: Path to a kubeconfig file.
+    type: path
+  context:
+    description: Kubeconfig context to use.
+    type: str
+  host:
+    description: API server URL (with I(api_key)).
+    type: str
+  api_key:
+    description: Bearer token (with I(host)).
+    type: str
+  validate_certs:
+    description: Verify the API server's certificate.
+    type: bool
+    aliases: [verify_ssl]
+  ca_cert:
+    description: CA bundle to verify the API server.
+    type: path
+    aliases: [ssl_ca_cert]
+  request_timeout:
+    description: Seconds to wait for each API request.
+    type: int
+    default: 30
+notes:
+  - Requires the C(kubernetes) Python client.
+"""
+
+EXAMPLES = r"""
+- name: Read a DevServer's flavor and StatefulSet, and its PVCs
+  torchdev_observe:
+    namespace: dev-alice
+    queries:
+      flavor: {api_version: torchdev.io/v1alpha1, plural: devserverflavors, name: gpu-a10g-1, cluster: true}
+      statefulset: {api_version: apps/v1, plural: statefulsets, name: alice-dev}
+      pvcs: {api_version: v1, plural: persistentvolumeclaims, label_selector: torchdev.io/devserver=alice-dev}
+  register: observed
+"""
+
+RETURN = r"""
+objects:
+  description:
+    - For each query name, the object (or C(null) when it does not exist) for a named
+      query, or the list of objects for a label-selected one.
+  returned: success
+  type: dict
+"""
+
+import json
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, HAS_K8S, api_client
+
+try:
+    from urllib.parse import urlencode
+except ImportError:  # pragma: no cover - Python 2
+    from urllib import urlencode
+
+try:
+    from kubernetes.client.rest import ApiException
+except ImportError:  # pragma: no cover
+    ApiException = Exception
+
+
+def query_path(query, default_namespace):
+    """The REST path of a query: /api/v1/... or /apis/<group>/<version>/..."""
+    api_version = query["api_version"]
+    path = ("/apis/" if "/" in api_version else "/api/") + api_version
+    if not query.get("cluster"):
+        namespace = query.get("namespace") or default_namespace
+        if not namespace:
+            raise ValueError("query for %s needs a namespace (or cluster: true)" % query["plural"])
+        path += "/namespaces/" + namespace
+    path += "/" + query["plural"]
+    if query.get("name"):
+        path += "/" + query["name"]
+    if query.get("label_selector"):
+        path += "?" + urlencode({"labelSelector": query["label_selector"]})
+    return path
+
+
+def validate_query(name, query):
+    if not isinstance(query, dict):
+        return "query %s must be a dict" % name
+    for key in ("api_version", "plural"):
+        if not query.get(key):
+            return "query %s needs %s" % (name, key)
+    if bool(query.get("name")) == bool(query.get("label_selector")):
+        return "query %s needs exactly one of name and label_selector" % name
+    return None
+
+
+class ReadError(Exception):
+    def __init__(self, status, reason, body):
+        Exception.__init__(self, "%s %s" % (status, reason))
+        self.status, self.reason, self.body = status, reason, body
+
+
+def read(client, path, timeout):
+    """GET a path through the client's REST layer (its TLS, proxy and auth settings).
+
+    The typed API methods are avoided on purpose: on recent client generations the
+    first call of each method builds its validators (~0.1 s each), and the JSON is
+    returned exactly as the server sent it, on old and new client generations alike.
+    """
+    headers = {"Accept": "application/json"}
+    for setting in (client.configuration.auth_settings() or {}).values():
+        if setting.get("in") == "header" and setting.get("value"):
+            headers[setting["key"]] = setting["value"]
+    try:
+        response = client.rest_client.request("GET", client.configuration.host + path,
+                                              headers=headers, _request_timeout=timeout)
+    except ApiException as exc:  # older clients raise on non-2xx
+        raise ReadError(exc.status, exc.reason, exc.body)
+    data = response.data if response.data is not None else response.read()
+    if not 200 <= response.status < 300:
+        raise ReadError(response.status, response.reason, data)
+    return json.loads(data)
+
+
+def run(module):
+    params = module.params
+    client = api_client(params)
+    objects = {}
+    for qname, query in sorted(params["queries"].items()):
+        error = validate_query(qname, query)
+        if error:
+            module.fail_json(msg=error)
+        try:
+            path = query_path(query, params.get("namespace"))
+            data = read(client, path, params["request_timeout"])
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
+        except ReadError as exc:
+            if exc.status == 404 and query.get("name"):
+                objects[qname] = None
+                continue
+            module.fail_json(msg="failed to read %s: %s %s" % (path, exc.status, exc.reason),
+                             status=exc.status, reason=exc.reason, body=exc.body)
+        if query.get("name"):
+            objects[qname] = data
+        else:
+            kind = (data.get("kind") or "").rsplit("List", 1)[0]
+            items = data.get("items") or []
+            for item in items:  # list items carry no kind/apiVersion
+                item.setdefault("apiVersion", query["api_version"])
+                item.setdefault("kind", kind)
+            objects[qname] = items
+    module.exit_json(changed=False, objects=objects)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            namespace=dict(type="str"),
+            queries=dict(type="dict", required=True),
+            **AUTH_ARG_SPEC
+        ),
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"))
+    try:
+        run(module)
+    except Exception as exc:  # noqa: BLE001 - report any client error as a module failure
+        module.fail_json(msg="torchdev_observe: %s" % exc, exception=traceback.format_exc())
+
+
+if __name__ == "__main__":
+    main()
