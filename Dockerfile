@@ -12,9 +12,11 @@ USER root
 RUN python3 -c "import kubernetes" 2>/dev/null || python3 -m pip install --no-cache-dir "kubernetes>=24.2.0,<38"
 USER ${USER_UID:-1001}
 
-# Our own plugins: filters (torchdev_*), the torchdev_status module and its module_utils.
+# Our own plugins: filters (torchdev_*), modules (torchdev_status, torchdev_observe,
+# requeue_after), the requeue_after action plugin and the module_utils.
 COPY plugins/ ${HOME}/plugins/
 ENV ANSIBLE_FILTER_PLUGINS=${HOME}/plugins/filter \
+    ANSIBLE_ACTION_PLUGINS=${HOME}/plugins/action \
     ANSIBLE_LIBRARY=${HOME}/plugins/modules \
     ANSIBLE_MODULE_UTILS=${HOME}/plugins/module_utils \
     ANSIBLE_ROLES_PATH=${HOME}/roles

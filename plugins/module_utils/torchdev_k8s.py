@@ -6,13 +6,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 
 try:
     import kubernetes
+    from kubernetes.client.rest import ApiException
     HAS_K8S = True
 except ImportError:  # pragma: no cover
     HAS_K8S = False
+    ApiException = Exception
 
 # Connection options every torchdev module accepts (same names as kubernetes.core).
 AUTH_ARG_SPEC = dict(
@@ -61,3 +64,36 @@ def api_client(params):
     if ca_cert:
         configuration.ssl_ca_cert = ca_cert
     return kubernetes.client.ApiClient(configuration)
+
+
+class RequestError(Exception):
+    """A non-2xx answer: status, reason and the response body."""
+
+    def __init__(self, status, reason, body):
+        Exception.__init__(self, "%s %s" % (status, reason))
+        self.status, self.reason, self.body = status, reason, body
+
+
+def request(client, method, path, body=None, content_type=None, timeout=30):
+    """One request through the client's REST layer (its TLS, proxy and auth settings);
+    returns the decoded JSON body, raises RequestError on a non-2xx answer.
+
+    The typed API methods are avoided on purpose: on recent client generations the
+    first call of each method builds its validators (~0.1 s each, per process), and the
+    JSON comes back exactly as the server sent it, on old and new client generations.
+    """
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    for setting in (client.configuration.auth_settings() or {}).values():
+        if setting.get("in") == "header" and setting.get("value"):
+            headers[setting["key"]] = setting["value"]
+    try:
+        response = client.rest_client.request(method, client.configuration.host + path, headers=headers,
+                                              body=body, _request_timeout=timeout)
+    except ApiException as exc:  # older clients raise on non-2xx
+        raise RequestError(exc.status, exc.reason, exc.body)
+    data = response.data if response.data is not None else response.read()
+    if not 200 <= response.status < 300:
+        raise RequestError(response.status, response.reason, data)
+    return json.loads(data) if data else None

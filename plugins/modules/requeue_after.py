@@ -17,7 +17,8 @@ description:
     custom resource after that period, instead of the watch's C(reconcilePeriod).
   - Same contract as C(operator_sdk.util.requeue_after), which is not installable outside
     the ansible-operator image; ansible-operator accepts this bare action name too.
-  - Makes no API request; supports check mode.
+  - Makes no API request; supports check mode. The work is done by the action plugin of
+    the same name (plugins/action/requeue_after.py), in the controller: no module process.
 version_added: "0.1.0"
 author: torchdev maintainers
 options:

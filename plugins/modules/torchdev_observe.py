@@ -81,21 +81,15 @@ objects:
   type: dict
 """
 
-import json
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, HAS_K8S, api_client
+from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, HAS_K8S, RequestError, api_client, request
 
 try:
     from urllib.parse import urlencode
 except ImportError:  # pragma: no cover - Python 2
     from urllib import urlencode
-
-try:
-    from kubernetes.client.rest import ApiException
-except ImportError:  # pragma: no cover
-    ApiException = Exception
 
 
 def query_path(query, default_namespace):
@@ -126,34 +120,6 @@ def validate_query(name, query):
     return None
 
 
-class ReadError(Exception):
-    def __init__(self, status, reason, body):
-        Exception.__init__(self, "%s %s" % (status, reason))
-        self.status, self.reason, self.body = status, reason, body
-
-
-def read(client, path, timeout):
-    """GET a path through the client's REST layer (its TLS, proxy and auth settings).
-
-    The typed API methods are avoided on purpose: on recent client generations the
-    first call of each method builds its validators (~0.1 s each), and the JSON is
-    returned exactly as the server sent it, on old and new client generations alike.
-    """
-    headers = {"Accept": "application/json"}
-    for setting in (client.configuration.auth_settings() or {}).values():
-        if setting.get("in") == "header" and setting.get("value"):
-            headers[setting["key"]] = setting["value"]
-    try:
-        response = client.rest_client.request("GET", client.configuration.host + path,
-                                              headers=headers, _request_timeout=timeout)
-    except ApiException as exc:  # older clients raise on non-2xx
-        raise ReadError(exc.status, exc.reason, exc.body)
-    data = response.data if response.data is not None else response.read()
-    if not 200 <= response.status < 300:
-        raise ReadError(response.status, response.reason, data)
-    return json.loads(data)
-
-
 def run(module):
     params = module.params
     client = api_client(params)
@@ -164,10 +130,10 @@ def run(module):
             module.fail_json(msg=error)
         try:
             path = query_path(query, params.get("namespace"))
-            data = read(client, path, params["request_timeout"])
+            data = request(client, "GET", path, timeout=params["request_timeout"])
         except ValueError as exc:
             module.fail_json(msg=str(exc))
-        except ReadError as exc:
+        except RequestError as exc:
             if exc.status == 404 and query.get("name"):
                 objects[qname] = None
                 continue

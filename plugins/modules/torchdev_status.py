@@ -118,48 +118,26 @@ patch:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, api_client
-from ansible.module_utils.torchdev_status import default_plural, status_patch
-
-try:
-    import kubernetes
-    from kubernetes.client.rest import ApiException
-
-    HAS_K8S = True
-    K8S_IMPORT_ERROR = None
-except ImportError:  # pragma: no cover
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = traceback.format_exc()
-
-
-def _to_dict(obj):
-    if isinstance(obj, dict):
-        return obj
-    return kubernetes.client.ApiClient().sanitize_for_serialization(obj)
-
+from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, HAS_K8S, RequestError, api_client, request
+from ansible.module_utils.torchdev_status import default_plural, resource_path, status_patch
 
 def run(module):
     params = module.params
-    group, _sep, version = params["api_version"].rpartition("/")
-    if not group:
+    if "/" not in params["api_version"]:
         module.fail_json(msg="torchdev_status handles custom resources (api_version group/version), got %s" % params["api_version"])
     plural = params.get("plural") or default_plural(params["kind"])
     name, namespace = params["name"], params.get("namespace") or None
     timeout = params["request_timeout"]
 
-    api = kubernetes.client.CustomObjectsApi(api_client(params))
+    client = api_client(params)
     try:
-        if namespace:
-            live = api.get_namespaced_custom_object(group, version, namespace, plural, name, _request_timeout=timeout)
-        else:
-            live = api.get_cluster_custom_object(group, version, plural, name, _request_timeout=timeout)
-    except ApiException as exc:
+        live = request(client, "GET", resource_path(params["api_version"], plural, name, namespace), timeout=timeout)
+    except RequestError as exc:
         if exc.status == 404:
             # Deleted while we reconciled: nothing to record.
             module.exit_json(changed=False, status={}, patch=None, msg="%s %s not found" % (params["kind"], name))
         module.fail_json(msg="failed to get %s %s: %s %s" % (params["kind"], name, exc.status, exc.reason),
                          status_code=exc.status, reason=exc.reason, body=exc.body)
-    live = _to_dict(live)
 
     try:
         patch, result = status_patch(
@@ -175,11 +153,9 @@ def run(module):
 
     body = {"status": patch}
     try:
-        if namespace:
-            api.patch_namespaced_custom_object_status(group, version, namespace, plural, name, body, _request_timeout=timeout)
-        else:
-            api.patch_cluster_custom_object_status(group, version, plural, name, body, _request_timeout=timeout)
-    except ApiException as exc:
+        request(client, "PATCH", resource_path(params["api_version"], plural, name, namespace, "status"),
+                body=body, content_type="application/merge-patch+json", timeout=timeout)
+    except RequestError as exc:
         if exc.status == 404:
             module.exit_json(changed=False, status={}, patch=None, msg="%s %s was deleted" % (params["kind"], name))
         module.fail_json(msg="failed to patch the status of %s %s: %s %s" % (params["kind"], name, exc.status, exc.reason),
@@ -203,7 +179,7 @@ def main():
         supports_check_mode=True,
     )
     if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+        module.fail_json(msg=missing_required_lib("kubernetes"))
     try:
         run(module)
     except Exception as exc:  # noqa: BLE001 - report any client error as a module failure

@@ -310,3 +310,26 @@ def test_requeue_period(status, now, expected):
 def test_requeue_period_rejects_bad_time():
     with pytest.raises(Exception, match="RFC 3339"):
         f.requeue_period(_progressing_since("yesterday"), "2026-01-01T00:00:00Z")
+
+
+def _requeue_action():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "action" / "requeue_after.py"
+    spec = importlib.util.spec_from_file_location("requeue_after_action", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("period,expected", [("5s", "5s"), (" 1m30s ", "1m30s"), ("", ""), (None, ""),
+                                             ("250ms", "250ms")])
+def test_requeue_after_period(period, expected):
+    assert _requeue_action().check_period(period) == expected
+
+
+@pytest.mark.parametrize("period", ["5", "soon", "5 s", "-1s"])
+def test_requeue_after_rejects(period):
+    with pytest.raises(ValueError, match="Go duration"):
+        _requeue_action().check_period(period)

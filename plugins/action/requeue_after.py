@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""Action plugin for `requeue_after` (documented in plugins/modules/requeue_after.py).
+
+It runs in the controller: the module only returns its argument, so starting a Python
+process on the target for it (~0.5 s per reconcile) would be pure overhead.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+
+
+def check_period(period):
+    """The period as a Go duration string ('' requeues nothing); ValueError otherwise."""
+    period = "" if period is None else str(period).strip()
+    if period and not _DURATION.match(period):
+        raise ValueError("period must be a Go duration such as 5s or 1m30s, got %r" % period)
+    return period
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("period",))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        if "period" not in self._task.args:
+            raise AnsibleActionFail("requeue_after: missing required argument: period")
+        try:
+            period = check_period(self._task.args["period"])
+        except ValueError as exc:
+            raise AnsibleActionFail("requeue_after: %s" % exc)
+        result.update(changed=False, period=period)
+        return result
