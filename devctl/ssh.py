@@ -29,11 +29,17 @@ REACH_TIMEOUT = 1.0          # seconds for the reachability probe
 PORT_FORWARD_TIMEOUT = 15.0  # seconds for kubectl port-forward to listen
 
 
-def tcp_reachable(host: str, port: int, timeout: float = REACH_TIMEOUT) -> bool:
-    """True when a TCP connection to host:port succeeds within ``timeout``."""
+def tcp_reachable(host: str, port: int, timeout: float = REACH_TIMEOUT,
+                  banner: bytes | None = None) -> bool:
+    """True when a TCP connection to host:port succeeds within ``timeout`` (and, with
+    ``banner``, the server's first bytes start with it: a transparent proxy or a NAT
+    that accepts every connection is not an SSH server)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if banner is None:
+                return True
+            sock.settimeout(timeout)
+            return sock.recv(len(banner)) == banner
     except (OSError, ValueError):
         return False
 
@@ -139,7 +145,7 @@ def plan_ssh(settings: Settings, name: str, replica: int | None, user: str,
     labels = [f"{h}:{p}" for h, p in candidates]
     if force != "port-forward":
         for host, port in candidates:
-            if force == "direct" or tcp_reachable(host, port):
+            if force == "direct" or tcp_reachable(host, port, banner=b"SSH-"):
                 return SshPlan("direct", host, port, ssh_argv(user, host, port, extra, None),
                                target=target, candidates=labels)
 

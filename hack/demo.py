@@ -111,7 +111,9 @@ def main() -> int:
         step("Creating the sample flavors and a namespace for the user")
         for f in sorted((ROOT / "config" / "samples").glob("torchdev_v1alpha1_devserverflavor*.yaml")):
             run(str(BIN / "kubectl"), "apply", "--server-side", "-f", str(f), env=env)
-        run(str(BIN / "kubectl"), "create", "namespace", NAMESPACE, env=env)
+        ns_file = workdir / "namespace.yaml"
+        ns_file.write_text(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n")
+        run(str(BIN / "kubectl"), "apply", "--server-side", "-f", str(ns_file), env=env)
         run(str(BIN / "devctl"), "flavors", env=env)
 
         step(f"Creating a standalone DevServer '{SERVER}' and waiting for Ready")

@@ -22,7 +22,7 @@ def probes(monkeypatch):
     calls: list[tuple[str, int]] = []
     state = {"reachable": set()}
 
-    def fake(host, port, timeout=1.0):
+    def fake(host, port, timeout=1.0, banner=None):
         calls.append((host, port))
         return (host, port) in state["reachable"] or "*" in state["reachable"]
 
@@ -181,3 +181,37 @@ def test_ssh_direct_execs_ssh(sim, cluster, ns, tmp_path):
         capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == ["-p", "22", f"me@{ip}"]
+
+
+@pytest.mark.parametrize("greeting,expected", [(b"SSH-2.0-OpenSSH_9.6\r\n", True),
+                                               (b"HTTP/1.1 400 Bad Request\r\n", False),
+                                               (None, False)])
+def test_reachability_probe_wants_an_ssh_banner(greeting, expected):
+    """A listener that accepts but is not an SSH server (a transparent proxy) is not reachable."""
+    import socket
+    import threading
+
+    import devctl.ssh
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def serve():
+        try:
+            conn, _ = srv.accept()
+            with conn:
+                if greeting:
+                    conn.sendall(greeting)
+                conn.recv(1)  # hold the connection until the client closes it
+        except OSError:  # the client hung up first
+            pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        assert devctl.ssh.tcp_reachable("127.0.0.1", port, timeout=0.5, banner=b"SSH-") is expected
+    finally:
+        t.join(2)
+        srv.close()
