@@ -647,3 +647,69 @@ def test_sample_is_admitted_unchanged(models, path):
     obj = load(path)
     out = models[obj["kind"]].admit(copy.deepcopy(obj))
     assert is_subset(obj, out), "the sample has fields the schema prunes or rewrites"
+
+
+# -- the same rules over HTTP, through kubesim as an API server -----------------------------
+
+HTTP_CASES = [
+    ("bad owner", {"owner": "not-an-email"}, "spec.owner"),
+    ("distributed without settings", {"mode": "distributed"}, "spec"),
+    ("indivisible world size", {"mode": "distributed", "distributed": {"worldSize": 6, "nprocsPerNode": 4}},
+     "spec.distributed"),
+    ("unknown mode", {"mode": "cluster"}, "spec.mode"),
+    ("malformed quantity", {"persistentHomeSize": "10 GB"}, "spec.persistentHomeSize"),
+]
+
+
+@pytest.fixture(scope="module")
+def crd_api(kubesim_module):
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(kubesim_module.kubeconfig)
+    ext = client.ApiextensionsV1Api(api)
+    for path in (DEVSERVER_CRD, FLAVOR_CRD):
+        ext.create_custom_resource_definition(load(path))
+    client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": "crd-http"}})
+    return client.CustomObjectsApi(api)
+
+
+def _http_devserver(name: str, **spec) -> dict:
+    body = {"owner": "ada@example.com", "flavor": "gpu-a10g-1"}
+    body.update(spec)
+    return {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevServer", "metadata": {"name": name},
+            "spec": body}
+
+
+@pytest.mark.parametrize("label,spec,field", HTTP_CASES, ids=[c[0] for c in HTTP_CASES])
+def test_api_server_rejects_invalid_devserver(crd_api, label, spec, field):
+    from kubernetes.client import ApiException
+
+    with pytest.raises(ApiException) as err:
+        crd_api.create_namespaced_custom_object("torchdev.io", "v1alpha1", "crd-http", "devservers",
+                                                _http_devserver("bad", **spec))
+    assert err.value.status == 422
+    status = yaml.safe_load(err.value.body)
+    assert status["kind"] == "Status" and status["reason"] == "Invalid"
+    assert any(c["field"].startswith(field) for c in status["details"]["causes"]), status
+
+
+def test_api_server_defaults_and_transition_rules(crd_api):
+    from kubernetes.client import ApiException
+
+    ds = crd_api.create_namespaced_custom_object("torchdev.io", "v1alpha1", "crd-http", "devservers",
+                                                 _http_devserver("good"))
+    assert ds["spec"]["mode"] == "standalone" and ds["spec"]["enableSSH"] is True
+    assert ds["spec"]["persistentHomeSize"] == "100Gi"
+    with pytest.raises(ApiException) as err:  # mode is immutable
+        crd_api.patch_namespaced_custom_object("torchdev.io", "v1alpha1", "crd-http", "devservers", "good",
+                                               {"spec": {"mode": "distributed",
+                                                         "distributed": {"worldSize": 2}}})
+    assert err.value.status == 422 and "spec.mode" in err.value.body
+    with pytest.raises(ApiException) as err:  # the home volume may not shrink
+        crd_api.patch_namespaced_custom_object("torchdev.io", "v1alpha1", "crd-http", "devservers", "good",
+                                               {"spec": {"persistentHomeSize": "50Gi"}})
+    assert err.value.status == 422 and "spec.persistentHomeSize" in err.value.body
+    grown = crd_api.patch_namespaced_custom_object("torchdev.io", "v1alpha1", "crd-http", "devservers", "good",
+                                                   {"spec": {"persistentHomeSize": "200Gi"}})
+    assert grown["spec"]["persistentHomeSize"] == "200Gi"
