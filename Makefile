@@ -26,7 +26,7 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements.yml
 
 setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 
-demo: setup ## Run the demo: kubesim (or $$KUBECONFIG), CRDs, operator, a DevServer to Ready
+demo: setup ## Run the demo: kubesim (or the cluster in $KUBECONFIG), CRDs, operator, a DevServer to Ready
 	$(BIN)/python hack/demo.py
 
 test: setup ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
@@ -41,21 +41,20 @@ lint: setup ## yamllint and ansible-lint (production profile)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
 
-run: setup ## Run the operator against $$KUBECONFIG in the foreground
+run: setup ## Run the operator against $KUBECONFIG in the foreground
 	@if command -v ansible-operator >/dev/null 2>&1; then \
 	  ansible-operator run --watches-file=./watches.yaml; \
 	else \
 	  $(BIN)/torchdev-runtime --watches-file watches.yaml; \
 	fi
 
-install: setup ## Install the CRDs into the cluster in $$KUBECONFIG
+install: setup ## Install the CRDs into the cluster in $KUBECONFIG
 	$(KUSTOMIZE) config/crd | $(KUBECTL) apply --server-side -f -
 
-uninstall: setup ## Remove the CRDs from the cluster in $$KUBECONFIG
+uninstall: setup ## Remove the CRDs from the cluster in $KUBECONFIG
 	$(KUSTOMIZE) config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
-deploy: setup ## Deploy the operator (CRDs, RBAC, manager) with image $$IMG
-	cd config/manager && ../../$(BIN)/kubectl kustomize . >/dev/null
+deploy: setup ## Deploy the operator (CRDs, RBAC, manager) with image $IMG
 	$(KUSTOMIZE) config/default | sed "s#controller:latest#$(IMG)#" | $(KUBECTL) apply --server-side -f -
 
 undeploy: setup ## Remove the operator deployment (keeps user volumes)
