@@ -17,6 +17,7 @@ USER ${USER_UID:-1001}
 COPY plugins/ ${HOME}/plugins/
 ENV ANSIBLE_FILTER_PLUGINS=${HOME}/plugins/filter \
     ANSIBLE_ACTION_PLUGINS=${HOME}/plugins/action \
+    ANSIBLE_DOC_FRAGMENT_PLUGINS=${HOME}/plugins/doc_fragments \
     ANSIBLE_LIBRARY=${HOME}/plugins/modules \
     ANSIBLE_MODULE_UTILS=${HOME}/plugins/module_utils \
     ANSIBLE_ROLES_PATH=${HOME}/roles

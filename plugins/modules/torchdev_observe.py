@@ -17,11 +17,10 @@ description:
     resource's flavor and every child it may own pays that once with this module.
   - One GET per named object (a missing object is C(null), not an error), one LIST per
     label-selected query. Read-only, so check mode changes nothing.
-  - Connection settings follow kubernetes.core (C(K8S_AUTH_KUBECONFIG), C(K8S_AUTH_CONTEXT),
-    C(K8S_AUTH_HOST), C(K8S_AUTH_API_KEY), C(K8S_AUTH_VERIFY_SSL), C(K8S_AUTH_SSL_CA_CERT)),
-    then C(KUBECONFIG), the in-cluster service account and C(~/.kube/config).
 version_added: "0.1.0"
 author: torchdev maintainers
+extends_documentation_fragment:
+  - torchdev_k8s
 options:
   namespace:
     description: Default namespace of the queries that do not set one.
@@ -33,32 +32,6 @@ options:
         cluster-scoped resources.
     type: dict
     required: true
-  kubeconfig:
-    description: Path to a kubeconfig file.
-    type: path
-  context:
-    description: Kubeconfig context to use.
-    type: str
-  host:
-    description: API server URL (with I(api_key)).
-    type: str
-  api_key:
-    description: Bearer token (with I(host)).
-    type: str
-  validate_certs:
-    description: Verify the API server's certificate.
-    type: bool
-    aliases: [verify_ssl]
-  ca_cert:
-    description: CA bundle to verify the API server.
-    type: path
-    aliases: [ssl_ca_cert]
-  request_timeout:
-    description: Seconds to wait for each API request.
-    type: int
-    default: 30
-notes:
-  - Requires the C(kubernetes) Python client.
 """
 
 EXAMPLES = r"""

@@ -21,11 +21,10 @@ description:
     the current time when the status changes or the condition is new. Conditions of types
     not given are kept.
   - Replaces C(operator_sdk.util.k8s_status), which is not available to torchdev.
-  - Connection settings follow kubernetes.core (C(K8S_AUTH_KUBECONFIG), C(K8S_AUTH_CONTEXT),
-    C(K8S_AUTH_HOST), C(K8S_AUTH_API_KEY), C(K8S_AUTH_VERIFY_SSL), C(K8S_AUTH_SSL_CA_CERT)),
-    then C(KUBECONFIG), the in-cluster service account and C(~/.kube/config).
 version_added: "0.1.0"
 author: torchdev maintainers
+extends_documentation_fragment:
+  - torchdev_k8s
 options:
   api_version:
     description: API version of the resource, C(group/version).
@@ -56,33 +55,8 @@ options:
   observed_generation:
     description: Default C(observedGeneration) for conditions that do not carry one.
     type: int
-  kubeconfig:
-    description: Path to a kubeconfig file.
-    type: path
-  context:
-    description: Kubeconfig context to use.
-    type: str
-  host:
-    description: API server URL (with I(api_key)).
-    type: str
-  api_key:
-    description: Bearer token (with I(host)).
-    type: str
-  validate_certs:
-    description: Verify the API server's certificate.
-    type: bool
-    aliases: [verify_ssl]
-  ca_cert:
-    description: CA bundle to verify the API server.
-    type: path
-    aliases: [ssl_ca_cert]
-  request_timeout:
-    description: Seconds to wait for each API request.
-    type: int
-    default: 30
 notes:
   - Supports check mode (the GET is made, the PATCH is not).
-  - Requires the C(kubernetes) Python client.
 """
 
 EXAMPLES = r"""
