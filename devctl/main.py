@@ -17,6 +17,8 @@ from .devserver import create, delete, get, list_
 from .errors import one_line
 from .flavor import flavors
 from .output import dump_json, output_option
+from .monitor import monitor
+from .run import run
 from .ssh import ssh
 
 
@@ -89,7 +91,7 @@ def version(output: str) -> None:
         click.echo(f"devctl {__version__} ({API_VERSION}, python {info['python']})")
 
 
-for _command in (create, list_, get, delete, ssh, flavors, config_group):
+for _command in (create, list_, get, delete, ssh, run, monitor, flavors, config_group):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
