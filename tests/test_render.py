@@ -49,7 +49,10 @@ def _cases():
     for ds_file, ds in devservers.items():
         for fl_file, flavor in flavors.items():
             key = "%s__%s" % (ds["metadata"]["name"], flavor["metadata"]["name"])
-            cases[key] = {"cr": _devserver(ds, flavor=flavor["metadata"]["name"]), "flavor": flavor}
+            cr = _devserver(ds, flavor=flavor["metadata"]["name"])
+            if cr["spec"].get("mode") == "distributed" and not (flavor["spec"].get("gpu") or {}).get("count"):
+                cr["spec"]["distributed"]["backend"] = "gloo"  # nccl without GPUs is InsufficientGPUs
+            cases[key] = {"cr": cr, "flavor": flavor}
     standalone = devservers["torchdev_v1alpha1_devserver_standalone.yaml"]
     gpu = flavors["torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"]
     cpu = flavors["torchdev_v1alpha1_devserverflavor_cpu-small.yaml"]
@@ -275,3 +278,89 @@ def test_unchanged_objects_need_no_write(rendered):
                 obj["spec"]["clusterIPs"] = [obj["spec"].get("clusterIP", "10.0.0.1")]
         wanted = [o for o in objects if o["kind"] != "PersistentVolumeClaim"]
         assert torchdev.drift(wanted, live) == [], case
+
+
+SCRIPTS = ROOT / "roles" / "devserver" / "files" / "pytorch"
+SCRIPT_FILES = ("devrun", "allreduce_check.py", "gpu_check.py")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_scripts_configmap_is_mounted_and_on_path(rendered, case):
+    name = CASES[case]["cr"]["metadata"]["name"]
+    objs = _by_kind(rendered[case])
+    cm = objs[("ConfigMap", name + "-scripts")]
+    assert cm["data"] == {f: (SCRIPTS / f).read_text() for f in SCRIPT_FILES}
+    sts = objs[("StatefulSet", name)]
+    pod = sts["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["scripts"]["configMap"] == {"name": name + "-scripts", "defaultMode": 0o755}
+    dev = pod["containers"][0]
+    assert {"name": "scripts", "mountPath": "/opt/torchdev/bin", "readOnly": True} in dev["volumeMounts"]
+    env = {e["name"]: e for e in dev["env"]}
+    assert env["PATH"]["value"].startswith("/opt/torchdev/bin:/opt/conda/bin:")
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
+    import torchdev  # noqa: PLC0415
+    assert annotations["torchdev.io/scripts-hash"] == torchdev.checksum(cm["data"])
+
+
+def _distributed_cases():
+    return sorted(k for k, c in CASES.items() if c["cr"]["spec"].get("mode") == "distributed")
+
+
+def test_distributed_cases_exist():
+    assert len(_distributed_cases()) >= 3
+
+
+@pytest.mark.parametrize("case", _distributed_cases())
+def test_distributed_statefulset(rendered, case):
+    cr, flavor = CASES[case]["cr"], CASES[case]["flavor"]
+    name, dist = cr["metadata"]["name"], cr["spec"]["distributed"]
+    objs = _by_kind(rendered[case])
+    sts = objs[("StatefulSet", name)]
+    nnodes = dist["worldSize"] // dist.get("nprocsPerNode", 1)
+    assert sts["spec"]["replicas"] == nnodes and sts["spec"]["podManagementPolicy"] == "Parallel"
+    headless = objs[("Service", name)]
+    assert headless["spec"]["publishNotReadyAddresses"] is True and headless["spec"]["clusterIP"] == "None"
+    assert {"name": "rdzv", "port": 29500, "targetPort": 29500, "protocol": "TCP"} in headless["spec"]["ports"]
+    pod = sts["spec"]["template"]["spec"]
+    dev = pod["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in dev["ports"]}
+    assert ports == dict({"ssh": 2222, "rdzv": 29500}, **{"nccl-%d" % i: 29500 + i for i in range(1, 11)})
+    assert all(len(n) <= 15 for n in ports) and len(set(ports.values())) == len(ports)
+    # every replica: its own home PVC, the shared claim, /dev/shm from the flavor
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["home"]
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"] == "Retain"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["shared"]["persistentVolumeClaim"]["claimName"] == cr["spec"]["sharedVolumeClaimName"]
+    assert volumes["shm"]["emptyDir"]["sizeLimit"] == flavor["spec"]["shmSize"]
+    env = {e["name"]: e for e in dev["env"]}
+    host = "%s-0.%s.%s.svc.cluster.local" % (name, name, NAMESPACE)
+    assert env["MASTER_ADDR"]["value"] == host and env["MASTER_PORT"]["value"] == "29500"
+    assert env["WORLD_SIZE"]["value"] == str(dist["worldSize"]) and env["NNODES"]["value"] == str(nnodes)
+    assert env["NPROC_PER_NODE"]["value"] == str(dist.get("nprocsPerNode", 1))
+    assert env["NODE_RANK"] == {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
+        "apiVersion": "v1", "fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}}
+    assert env["TORCHDEV_BACKEND"]["value"] == dist.get("backend", "nccl")
+    assert env["TORCHDEV_RDZV_ENDPOINT"]["value"] == host + ":29500"
+    if dist.get("backend", "nccl") == "nccl":
+        for key, value in dist.get("ncclSettings", {}).items():
+            assert env[key]["value"] == value  # user settings merged over the defaults
+        if (flavor["spec"].get("gpu") or {}).get("efa"):
+            assert env["FI_PROVIDER"]["value"] == "efa" and "NCCL_IB_DISABLE" not in env
+        else:
+            assert env["NCCL_IB_DISABLE"]["value"] == "1"
+    names = [e["name"] for e in dev["env"]]
+    assert len(names) == len(set(names))
+
+
+def test_standalone_single_process_env_and_ports(rendered):
+    sts = _by_kind(rendered["jane-dev__gpu-a10g-1"])[("StatefulSet", "jane-dev")]
+    dev = sts["spec"]["template"]["spec"]["containers"][0]
+    assert dev["ports"] == [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}]
+    env = {e["name"]: e.get("value") for e in dev["env"]}
+    assert env["MASTER_ADDR"] == "127.0.0.1" and env["WORLD_SIZE"] == "1" and env["NODE_RANK"] == "0"
+    assert env["TORCHDEV_BACKEND"] == "nccl"
+    assert not any(k.startswith(("NCCL_", "FI_")) for k in env)
+    headless = _by_kind(rendered["jane-dev__gpu-a10g-1"])[("Service", "jane-dev")]
+    assert [p["name"] for p in headless["spec"]["ports"]] == ["ssh"]

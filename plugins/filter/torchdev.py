@@ -46,6 +46,9 @@ EXTENDED_RESOURCES = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
 # Flavor fields that change what a pod looks like.  description and pricePerHour are
 # informational: editing them must not restart everybody's dev server.
 FLAVOR_POD_FIELDS = ("resources", "gpu", "nodeSelector", "tolerations", "shmSize")
+# Degraded reasons of a spec / flavor problem: permanent until the spec or the flavor
+# changes, so the run records them and ends successfully (no retries).
+PROBLEM_REASONS = ("FlavorNotFound", "InvalidSpec", "InsufficientGPUs")
 
 _QUANTITY_RE = re.compile(
     r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
@@ -235,22 +238,35 @@ def resources(flavor_spec):
 
 
 # --------------------------------------------------------------------------- env
-def env(raw_env, builtin):
-    """User env (raw, never snake_cased) plus the operator's TORCHDEV_* variables.
+# Set by the operator on every pod of a distributed DevServer (plugins/filter/rendezvous.py);
+# NCCL_* / FI_* go through spec.distributed.ncclSettings, merged over the safe defaults.
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NNODES", "NPROC_PER_NODE", "NODE_RANK")
+DISTRIBUTED_ENV_PREFIXES = ("NCCL_", "FI_")
 
-    ``builtin`` is a mapping name -> value.  The operator's variables come first so
-    that a user's ``$(TORCHDEV_NAME)`` reference expands.  Users may not override
-    reserved names (ValueError -> InvalidSpec).
+
+def env(raw_env, builtin, reserved_env=None, default_env=None, distributed=False):
+    """User env (raw, never snake_cased) plus the operator's variables.
+
+    ``builtin`` is a mapping name -> value and ``reserved_env`` a list of EnvVar dicts
+    (``valueFrom`` allowed, e.g. the rendezvous env): both are the operator's and come
+    first, sorted by name, so that a user's ``$(TORCHDEV_NAME)`` reference expands.
+    ``default_env`` (EnvVar dicts) are defaults a user variable of the same name
+    replaces (e.g. PATH).  Users may not set reserved names, nor in a ``distributed``
+    DevServer the rendezvous variables or NCCL_/FI_ ones (ValueError -> InvalidSpec).
     """
-    result = [{"name": str(k), "value": str(v)} for k, v in sorted((builtin or {}).items())]
-    reserved = {item["name"] for item in result}
-    seen = set()
+    ops = [{"name": str(k), "value": str(v)} for k, v in (builtin or {}).items()]
+    ops += [_plain(item) for item in reserved_env or []]
+    reserved = {item["name"] for item in ops}
+    user, seen = [], set()
     for item in raw_env or []:
         name = item.get("name")
         if not name:
             raise ValueError("spec.env entries need a name")
         if name in reserved or name.startswith("TORCHDEV_"):
             raise ValueError("spec.env: %s is reserved for the operator" % name)
+        if distributed and (name in DISTRIBUTED_ENV or name.startswith(DISTRIBUTED_ENV_PREFIXES)):
+            raise ValueError("spec.env: %s is set by the operator in distributed mode%s" % (
+                name, " (use spec.distributed.ncclSettings)" if name.startswith(DISTRIBUTED_ENV_PREFIXES) else ""))
         if name in seen:
             raise ValueError("spec.env: duplicate variable %s" % name)
         seen.add(name)
@@ -259,8 +275,9 @@ def env(raw_env, builtin):
             entry["valueFrom"] = item["valueFrom"]
         else:
             entry["value"] = "" if item.get("value") is None else str(item["value"])
-        result.append(entry)
-    return result
+        user.append(entry)
+    ops += [_plain(item) for item in default_env or [] if item["name"] not in seen and item["name"] not in reserved]
+    return sorted(ops, key=lambda item: item["name"]) + user
 
 
 # --------------------------------------------------------------------------- diffing
@@ -515,7 +532,7 @@ def spec_errors(spec):
     except ValueError as exc:
         errors.append("spec.persistentHomeSize: %s" % exc)
     try:
-        env(spec.get("env"), {})
+        env(spec.get("env"), {}, distributed=spec.get("mode", "standalone") == "distributed")
     except ValueError as exc:
         errors.append(str(exc))
     if spec.get("mode", "standalone") == "distributed":
@@ -583,8 +600,107 @@ def phase(desired_replicas, sts, suspended=False, failed=False):
     return "Provisioning"
 
 
-def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None):
-    """The complete DevServer status for a successful reconcile (conditions included)."""
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+# Container waiting reasons that will not resolve by waiting (a replica is failing).
+FAILING_WAIT_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "CreateContainerConfigError",
+                        "CreateContainerError", "InvalidImageName", "RunContainerError")
+
+
+def _pod_index(pod, name):
+    meta = (pod or {}).get("metadata") or {}
+    index = (meta.get("labels") or {}).get(POD_INDEX_LABEL)
+    if index is None:
+        pod_name = str(meta.get("name") or "")
+        index = pod_name[len(name) + 1:] if pod_name.startswith("%s-" % name) else None
+    try:
+        return int(index)
+    except (TypeError, ValueError):
+        return None
+
+
+def _pod_ready(pod):
+    for cond in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def pod_failure(pod):
+    """Why a replica's pod is failing ("CrashLoopBackOff, 3 restarts"), or None.
+
+    Failing: the pod phase is Failed, a container waits in CrashLoopBackOff (or another
+    reason waiting will not fix, see FAILING_WAIT_REASONS), or a container's current
+    state is terminated with a non-zero exit code.
+    """
+    status = (pod or {}).get("status") or {}
+    containers = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    restarts = sum(int(c.get("restartCount") or 0) for c in containers)
+    why = None
+    if status.get("phase") == "Failed":
+        why = "pod Failed" + (" (%s)" % status["reason"] if status.get("reason") else "")
+    for cs in containers:
+        if why:
+            break
+        state = cs.get("state") or {}
+        waiting, terminated = state.get("waiting") or {}, state.get("terminated") or {}
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            why = waiting["reason"]
+        elif terminated and int(terminated.get("exitCode") or 0) != 0:
+            why = "container %s exited with code %s%s" % (
+                cs.get("name"), terminated.get("exitCode"),
+                " (%s)" % terminated["reason"] if terminated.get("reason") else "")
+    if why is None:
+        return None
+    return "%s, %d restart%s" % (why, restarts, "" if restarts == 1 else "s")
+
+
+def replica_statuses(name, pods, desired_replicas):
+    """status.replicaStatuses: one entry per wanted replica 0..desired-1, from its pod
+    (index, podName, phase, ready, nodeName, restarts); a replica without a pod yet has only
+    index, podName and ready false.  Pods of other ordinals (scaling down) are ignored."""
+    by_index = {}
+    for pod in pods or []:
+        index = _pod_index(pod, name)
+        if index is not None and not ((pod.get("metadata") or {}).get("deletionTimestamp")):
+            by_index[index] = pod
+    result = []
+    for index in range(int(desired_replicas or 0)):
+        pod = by_index.get(index)
+        entry = {"index": index, "podName": "%s-%d" % (name, index), "ready": False}
+        if pod:
+            status = pod.get("status") or {}
+            entry["ready"] = _pod_ready(pod)
+            if status.get("phase"):
+                entry["phase"] = status["phase"]
+            if (pod.get("spec") or {}).get("nodeName"):
+                entry["nodeName"] = pod["spec"]["nodeName"]
+            entry["restarts"] = sum(int(c.get("restartCount") or 0)
+                                    for c in status.get("containerStatuses") or [])
+        result.append(entry)
+    return result
+
+
+def failing_replicas(name, pods, desired_replicas):
+    """"replica 2 (pod x-2): CrashLoopBackOff, 3 restarts" for each failing wanted replica."""
+    result = []
+    for pod in sorted(pods or [], key=lambda p: _pod_index(p, name) if _pod_index(p, name) is not None else -1):
+        index = _pod_index(pod, name)
+        if index is None or not 0 <= index < int(desired_replicas or 0):
+            continue
+        why = pod_failure(pod)
+        if why:
+            result.append("replica %d (pod %s): %s" % (index, (pod.get("metadata") or {}).get("name"), why))
+    return result
+
+
+def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
+                     pods=None, rendezvous_endpoint=None):
+    """The complete DevServer status for a successful reconcile (conditions included).
+
+    ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
+    the Degraded/PodFailed check; ``rendezvous_endpoint``: ``host:port`` of replica 0 in
+    distributed mode (None/"" removes status.rendezvousEndpoint).
+    """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
     old = (cr or {}).get("status") or {}
@@ -602,6 +718,8 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         "flavorSpecHash": flavor_spec_hash,
         "sshEndpoint": None,
         "sshCommand": None,
+        "rendezvousEndpoint": rendezvous_endpoint or None,
+        "replicaStatuses": replica_statuses(meta.get("name"), pods, desired_replicas),
     }
     if ssh_service:
         status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))
@@ -620,7 +738,11 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
             progressing = condition("Progressing", "True", "RollingUpdate", "rolling out a new pod template", generation)
         else:
             progressing = condition("Progressing", "True", "Provisioning", "waiting for the server pods", generation)
-    degraded = condition("Degraded", "False", "AsExpected", "", generation)
+    failing = [] if suspended else failing_replicas(meta.get("name"), pods, desired_replicas)
+    if failing:
+        degraded = condition("Degraded", "True", "PodFailed", "; ".join(failing)[:1024], generation)
+    else:
+        degraded = condition("Degraded", "False", "AsExpected", "", generation)
     status["conditions"] = [ready, progressing, degraded]
     return status
 
@@ -628,16 +750,16 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
 def failure_reason(failed_result=None, explicit=None):
     """Classify a failed task: (reason, transient).
 
-    FlavorNotFound and InvalidSpec are permanent until the spec or the flavor changes
+    FlavorNotFound, InvalidSpec and InsufficientGPUs are permanent until the spec or the flavor changes
     (both trigger a reconcile), so the run ends successfully after recording them;
     anything else is a ReconcileError and the run fails so the runtime requeues with
     backoff.  A 422 (Invalid) from the apiserver is a spec problem -> InvalidSpec.
     """
-    if explicit in ("FlavorNotFound", "InvalidSpec"):
+    if explicit in PROBLEM_REASONS:
         return {"reason": explicit, "transient": False}
     result = failed_result or {}
     msg = str(result.get("msg") or "")
-    for reason in ("FlavorNotFound", "InvalidSpec"):
+    for reason in PROBLEM_REASONS:
         if msg.startswith(reason + ":"):
             return {"reason": reason, "transient": False}
     text = " ".join(str(result.get(k, "")) for k in ("msg", "reason", "status", "error"))
@@ -659,9 +781,15 @@ def spec_problem(spec):
     return {"reason": "InvalidSpec", "message": "; ".join(errors)} if errors else None
 
 
-def flavor_problem(flavor, name):
+def flavor_problem(flavor, name, rendezvous_errors=None):
     """{reason, message} when the DevServerFlavor ``name`` (the live object, or None when
-    it does not exist) cannot be used, else None."""
+    it does not exist) cannot be used, else None.
+
+    ``rendezvous_errors``: the ``"<Reason>: <message>"`` strings of
+    ``torchdev_rendezvous_errors`` (plugins/filter/rendezvous.py) for the DevServer and
+    this flavor, e.g. ``InsufficientGPUs`` when nprocsPerNode exceeds the flavor's GPUs
+    with the nccl backend; considered only once the flavor exists and is valid.
+    """
     if not flavor:
         return {"reason": "FlavorNotFound",
                 "message": "DevServerFlavor %s does not exist (kubectl get devserverflavors "
@@ -670,6 +798,11 @@ def flavor_problem(flavor, name):
     if errors:
         return {"reason": "InvalidSpec",
                 "message": "DevServerFlavor %s is invalid: %s" % (name, "; ".join(errors))}
+    for error in rendezvous_errors or []:
+        reason, sep, message = str(error).partition(": ")
+        if not sep or reason not in PROBLEM_REASONS:
+            reason, message = "InvalidSpec", str(error)
+        return {"reason": reason, "message": message}
     return None
 
 
@@ -763,6 +896,8 @@ class FilterModule(object):
         "torchdev_condition": condition,
         "torchdev_phase": phase,
         "torchdev_devserver_status": devserver_status,
+        "torchdev_replica_statuses": replica_statuses,
+        "torchdev_pod_failure": pod_failure,
         "torchdev_failure_reason": failure_reason,
         "torchdev_failure_message": failure_message,
         "torchdev_requeue_period": requeue_period,

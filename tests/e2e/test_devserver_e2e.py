@@ -1,102 +1,19 @@
 """End to end: kubesim + the local runtime + the real roles.
 
-One simulator and one operator runtime per module; each test works in its own
-namespace. Nothing is mocked: the roles run through ansible-runner against
+One simulator and one operator runtime per module (fixtures in conftest.py); each
+test works in its own namespace. Nothing is mocked: the roles run through ansible-runner against
 the simulator over HTTP, and the simulator's controllers schedule and start
 the pods.
 """
 from __future__ import annotations
 
-import pathlib
 import uuid
 
 import pytest
-import yaml
 
-from kubesim.testing import KubeSim
+from _e2e_helpers import GROUP, ROOT, VERSION, condition, devserver, get_ds, load, wait_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-GROUP, VERSION = "torchdev.io", "v1alpha1"
-NODES = (ROOT / "hack" / "sample-nodes.spec").read_text().strip()
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForTorchdevEndToEndxxxxxxxxxxxxx e2e@test"
-
-
-def _load(path: pathlib.Path) -> dict:
-    return yaml.safe_load(path.read_text())
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with KubeSim(nodes=NODES) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def kube(sim):
-    from kubernetes import client, config
-
-    api_client = config.new_client_from_config(sim.kubeconfig)
-    ext = client.ApiextensionsV1Api(api_client)
-    for crd in sorted((ROOT / "config" / "crd" / "bases").glob("*.yaml")):
-        ext.create_custom_resource_definition(_load(crd))
-    custom = client.CustomObjectsApi(api_client)
-    for f in sorted((ROOT / "config" / "samples").glob("*devserverflavor*.yaml")):
-        custom.create_cluster_custom_object(GROUP, VERSION, "devserverflavors", _load(f))
-    return {
-        "core": client.CoreV1Api(api_client),
-        "apps": client.AppsV1Api(api_client),
-        "custom": custom,
-    }
-
-
-@pytest.fixture(scope="module")
-def runtime(sim, kube):
-    from torchdev_runtime.runtime import Runtime
-
-    rt = Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig,
-                 ansible_config=str(ROOT / "ansible.cfg"), max_concurrent_reconciles=2)
-    rt.start()
-    try:
-        yield rt
-    finally:
-        rt.stop()
-
-
-@pytest.fixture
-def ns(kube):
-    name = f"dev-e2e-{uuid.uuid4().hex[:6]}"
-    kube["core"].create_namespace({"apiVersion": "v1", "kind": "Namespace",
-                                   "metadata": {"name": name}})
-    return name
-
-
-def devserver(name: str, flavor: str = "cpu-small", **spec) -> dict:
-    body = {"owner": "e2e@example.com", "flavor": flavor, "sshPublicKeys": [KEY]}
-    body.update(spec)
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer",
-            "metadata": {"name": name}, "spec": body}
-
-
-def get_ds(kube, ns, name) -> dict:
-    return kube["custom"].get_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name)
-
-
-def condition(obj: dict, ctype: str) -> dict:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c["type"] == ctype:
-            return c
-    return {}
-
-
-def wait_ready(sim, kube, ns, name, timeout=90) -> dict:
-    def ready():
-        obj = get_ds(kube, ns, name)
-        ok = (condition(obj, "Ready").get("status") == "True"
-              and obj["status"].get("observedGeneration") == obj["metadata"]["generation"])
-        return obj if ok else None
-    return sim.wait_for(ready, timeout, interval=0.1, message=f"devserver {ns}/{name} Ready")
 
 
 def pod(kube, ns, name):
@@ -210,7 +127,7 @@ def test_unknown_flavor_is_degraded_then_recovers(sim, kube, runtime, ns):
     assert not kube["apps"].list_namespaced_stateful_set(ns).items  # nothing half-made
 
     # the flavor appears: the flavor role nudges the DevServer, which becomes Ready
-    small = _load(ROOT / "config" / "samples" / "torchdev_v1alpha1_devserverflavor_cpu-small.yaml")
+    small = load(ROOT / "config" / "samples" / "torchdev_v1alpha1_devserverflavor_cpu-small.yaml")
     small["metadata"]["name"] = flavor
     kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devserverflavors", small)
     obj = wait_ready(sim, kube, ns, "lost")

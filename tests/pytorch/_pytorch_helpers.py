@@ -21,7 +21,7 @@ from importlib.machinery import SourceFileLoader
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPTS = os.path.join(ROOT, "scripts", "pytorch")
+SCRIPTS = os.path.join(ROOT, "roles", "devserver", "files", "pytorch")
 DEVRUN = os.path.join(SCRIPTS, "devrun")
 ALLREDUCE_CHECK = os.path.join(SCRIPTS, "allreduce_check.py")
 GPU_CHECK = os.path.join(SCRIPTS, "gpu_check.py")
