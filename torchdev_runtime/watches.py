@@ -38,6 +38,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from kubesim.selectors import LabelSelector
+
 from .gotime import DurationError, go_atoi, parse_duration, replace_env_variables
 
 log = logging.getLogger("torchdev_runtime.watches")
@@ -213,23 +215,11 @@ def validate_selector(sel: Mapping[str, Any], where: str = "selector") -> None:
 
 
 def selector_matches(sel: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
-    labels = labels or {}
+    """A watch's metav1.LabelSelector (validated above) against an object's labels; an empty
+    or missing selector matches everything. Shares kubesim's selector implementation."""
     if not sel:
         return True
-    for k, v in (sel.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in sel.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
+    return LabelSelector.from_dict(sel).matches(labels)
 
 
 # --- env overrides ---------------------------------------------------------------------

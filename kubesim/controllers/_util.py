@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from kubesim.errors import ApiError
+from kubesim.selectors import LabelSelector
 
 Obj = dict[str, Any]
 
@@ -91,21 +92,7 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     """metav1.LabelSelector semantics. None matches nothing; {} matches everything."""
     if selector is None:
         return False
-    labels = labels or {}
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
+    return LabelSelector.from_dict(selector).matches(labels)
 
 
 def get_condition(obj: Obj, type_: str) -> Obj | None:

@@ -289,20 +289,10 @@ def _quantity_path(path):
     return parent in ("requests", "limits", "capacity") or last in ("sizeLimit", "storage")
 
 
-def _kind_of(value):
-    # isinstance, not type(): Ansible 2.19 hands filters tagged str/int subclasses.
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "str"
-    return type(value).__name__
-
-
 def _scalar_equal(a, b):
-    """Equal value *and* kind: 22 != "22", True != 1."""
-    return _kind_of(a) == _kind_of(b) and a == b
+    """Equal value *and* kind: 22 != "22", True != 1 (the status module's notion of kind)."""
+    kind_of = _module_utils("torchdev_status")._kind_of
+    return kind_of(a) == kind_of(b) and a == b
 
 
 def is_subset(desired, live, path=()):

@@ -80,6 +80,7 @@ def _canon(conditions):
     return [{k: c.get(k) for k in CONDITION_KEYS if c.get(k) is not None} for c in conditions or []]
 
 
+# isinstance, not type(): Ansible 2.19 hands plugins tagged str/int subclasses.
 def _kind_of(value):
     if isinstance(value, bool):
         return "bool"
