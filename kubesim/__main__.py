@@ -1,4 +1,4 @@
-"""python -m kubesim --port PORT --kubeconfig PATH [--nodes SPEC] [--disable a,b]"""
+"""python -m kubesim --port PORT --kubeconfig PATH [--nodes SPEC] [--disable a,b] [--kueue]"""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated controllers to switch off (scheduler, kubelet, ...)")
     p.add_argument("--no-validate", action="store_true",
                    help="skip schema validation of objects (faster, less faithful)")
+    p.add_argument("--kueue", action="store_true",
+                   help="install Kueue's CRDs (from $KUEUE_CRDS_DIR) and run its admission "
+                        "controller")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster = Cluster(nodes=args.nodes,
                           disabled=[d for d in args.disable.split(",") if d.strip()],
-                          validate=not args.no_validate)
+                          validate=not args.no_validate, kueue=args.kueue)
     except ValueError as exc:
         print(f"kubesim: {exc}", file=sys.stderr)
         return 2
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         asyncio.run(run())
-    except ValueError as exc:  # bad --nodes and the like
+    except (ValueError, FileNotFoundError) as exc:  # bad --nodes, no Kueue CRDs, ...
         print(f"kubesim: {exc}", file=sys.stderr)
         return 2
     return 0

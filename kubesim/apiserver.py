@@ -68,6 +68,9 @@ class ApiServer:
         self._crd_models: dict[str, Any] = {}
         self._next_ip = 10
         self._used_ips: set[str] = set()
+        # admission mutators (think mutating webhooks): fn(rt, obj) may change a new object in
+        # create(), after defaulting and before validation
+        self.mutators: list[Callable[[ResourceType, Obj], None]] = []
 
     # -- helpers -----------------------------------------------------------
     def resource(self, name: str | ResourceType) -> ResourceType:
@@ -81,6 +84,9 @@ class ApiServer:
 
     def _storage_key(self, rt: ResourceType) -> str:
         return rt.key
+
+    def add_mutator(self, fn: Callable[[ResourceType, Obj], None]) -> None:
+        self.mutators.append(fn)
 
     def subscribe(self, callback: Callable[[str, str, Obj, Obj | None], None]) -> None:
         self.store.subscribe(callback)
@@ -260,6 +266,8 @@ class ApiServer:
             defaults.apply_defaults(rt.kind, rt.api_version, obj)
         if rt.kind == "Service" and rt.group == "":
             self._allocate_service(obj)
+        for mutate in self.mutators:
+            mutate(rt, obj)
         obj = self._admit(rt, obj, None, None)
         if field_manager:
             self._record_manager(obj, field_manager, "Update", rt)

@@ -35,7 +35,7 @@ SEED_OBJECTS: list[dict[str, Any]] = [
 
 class Cluster:
     def __init__(self, nodes: str | None = None, disabled: Iterable[str] = (),
-                 validate: bool = True, seed: bool = True):
+                 validate: bool = True, seed: bool = True, kueue: bool = False):
         self.api = ApiServer(validate=validate)
         self.metrics = Metrics()
         self.faults = FaultInjector()
@@ -43,6 +43,7 @@ class Cluster:
         self.nodes_spec = nodes
         self.disabled = set(disabled)
         self.seed = seed
+        self.kueue = kueue
         self.manager = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -76,6 +77,10 @@ class Cluster:
         load_builtins()
         if self.seed:
             self._seed()
+        if self.kueue:
+            from kubesim.kueue import install_crds
+
+            install_crds(self.api)
         self.manager = Manager(self, disabled=self.disabled)
         self.manager.start()
         self._runner = web.AppRunner(self.server.app, access_log=None, handle_signals=False,

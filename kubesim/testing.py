@@ -18,8 +18,8 @@ class KubeSim:
     """A simulator on its own event loop thread, on a free loopback port."""
 
     def __init__(self, nodes: str | None = None, disabled: Iterable[str] = (),
-                 validate: bool = True, kubeconfig: str | None = None):
-        self.cluster = Cluster(nodes=nodes, disabled=disabled, validate=validate)
+                 validate: bool = True, kubeconfig: str | None = None, kueue: bool = False):
+        self.cluster = Cluster(nodes=nodes, disabled=disabled, validate=validate, kueue=kueue)
         self._tmpdir: tempfile.TemporaryDirectory | None = None
         if kubeconfig is None:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="kubesim-")

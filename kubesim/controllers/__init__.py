@@ -11,6 +11,7 @@ BUILTIN_MODULES = (
     "job",
     "service",
     "pvc",
+    "kueue",
 )
 
 

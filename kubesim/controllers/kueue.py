@@ -1,0 +1,392 @@
+"""Kueue admission controller (a small, quota-only model of kueue v0.19).
+
+Inert unless the Kueue CRDs are installed (`Cluster(kueue=True)`, `--kueue`).
+
+A StatefulSet labelled `kueue.x-k8s.io/queue-name: <localqueue>` is one gang Workload
+(`statefulset-<name>-<hash5>`, owned by the StatefulSet, one pod set `main` with
+count = replicas). A mutator (kueue's pod webhook) gives each new pod of such a set the
+scheduling gate `kueue.x-k8s.io/admission` while its Workload is not admitted. The
+controller reserves quota in the LocalQueue's ClusterQueue for the whole gang (all or
+nothing), highest `spec.priority` first then oldest (queueingStrategy StrictFIFO stops at
+the first workload that does not fit, BestEffortFIFO tries the next ones), sets the
+QuotaReserved/Admitted conditions and `status.admission`, and removes the gate from the
+pods. Pending workloads get QuotaReserved False (reason Pending, or Inadmissible when the
+queue does not exist) and the annotation `kubesim.io/queue-position`. Deleting the
+StatefulSet or scaling it to 0 releases the quota; any other change of replicas or of the
+pod template recreates the Workload (queued again). Not modelled: cohorts, borrowing,
+preemption, admission checks, fair sharing, nodeSelector injection from the flavor's
+nodeLabels (a pod's nodeSelector is immutable here), Jobs and plain pods.
+"""
+from __future__ import annotations
+
+import itertools
+from decimal import Decimal
+from typing import Any, Hashable
+
+from kubesim import kueue as kq
+from kubesim.controllers._util import (controller_ref, fmt_time,
+                                       ignore_not_found, list_readonly, now, safe_encode,
+                                       set_condition, template_hash, write_status)
+from kubesim.controllers.base import Controller, register
+from kubesim.errors import ApiError
+
+Obj = dict[str, Any]
+ALL = "all"
+STS = "statefulsets.apps"
+HASH_ANNOTATION = "kubesim.io/workload-template-hash"
+
+
+def workload_name(sts: Obj) -> str:
+    suffix = safe_encode(sts["metadata"]["uid"].encode(), 5)
+    return f"statefulset-{sts['metadata']['name']}-{suffix}"[:253]
+
+
+def queue_name(sts: Obj) -> str | None:
+    return (sts["metadata"].get("labels") or {}).get(kq.QUEUE_LABEL) or None
+
+
+def _admitted(wl: Obj | None) -> bool:
+    if not wl:
+        return False
+    return any(c.get("type") == "Admitted" and c.get("status") == "True"
+               for c in (wl.get("status") or {}).get("conditions") or [])
+
+
+@register
+class KueueController(Controller):
+    name = "kueue"
+    watches = (STS, "pods", kq.WORKLOADS, kq.CLUSTER_QUEUES, kq.LOCAL_QUEUES,
+               kq.RESOURCE_FLAVORS, kq.PRIORITY_CLASSES)
+
+    def __init__(self, cluster: Any):
+        super().__init__(cluster)
+        self._seq: dict[str, int] = {}
+        self._counter = itertools.count()
+        self.api.add_mutator(self._gate_pod)
+
+    # -- pod "webhook" --------------------------------------------------------------
+    def _gate_pod(self, rt: Any, pod: Obj) -> None:
+        if rt.key != "pods" or not kq.installed(self.api):
+            return
+        meta = pod.get("metadata") or {}
+        ref = next((r for r in meta.get("ownerReferences") or []
+                    if r.get("kind") == "StatefulSet" and r.get("controller")), None)
+        if ref is None:
+            return
+        try:
+            sts = self.api.get(STS, meta.get("namespace"), ref["name"], copy_=False)
+        except ApiError:
+            return
+        if sts["metadata"].get("uid") != ref.get("uid") or not queue_name(sts):
+            return
+        try:
+            wl = self.api.get(kq.WORKLOADS, meta.get("namespace"), workload_name(sts),
+                              copy_=False)
+        except ApiError:
+            wl = None
+        if _admitted(wl):
+            return
+        spec = pod.setdefault("spec", {})
+        gates = list(spec.get("schedulingGates") or [])
+        if not any(g.get("name") == kq.ADMISSION_GATE for g in gates):
+            spec["schedulingGates"] = gates + [{"name": kq.ADMISSION_GATE}]
+
+    # -- events -----------------------------------------------------------------------
+    def initial_keys(self):
+        return [ALL] if kq.installed(self.api) else []
+
+    def on_event(self, event_type: str, resource: str, obj: Obj, old: Obj | None) -> None:
+        if resource not in self.watches or not kq.installed(self.api):
+            return
+        if resource == "pods":
+            gates = (obj.get("spec") or {}).get("schedulingGates") or []
+            if event_type == "DELETED" or not any(g.get("name") == kq.ADMISSION_GATE
+                                                  for g in gates):
+                return
+        elif resource == STS:
+            if not (queue_name(obj) or (old and queue_name(old))):
+                return
+        self.enqueue(ALL)
+
+    # -- reconcile --------------------------------------------------------------------
+    async def reconcile(self, key: Hashable) -> float | None:
+        if not kq.installed(self.api):
+            return None
+        t = fmt_time(now(self.cluster))
+        retry = self._sync_workloads()
+        flavors = {f["metadata"]["name"] for f in list_readonly(self.api, kq.RESOURCE_FLAVORS)}
+        cqs = {c["metadata"]["name"]: c for c in list_readonly(self.api, kq.CLUSTER_QUEUES)}
+        lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q
+               for q in list_readonly(self.api, kq.LOCAL_QUEUES)}
+        wls = list_readonly(self.api, kq.WORKLOADS)
+
+        used: dict[str, dict[str, dict[str, Decimal]]] = {}       # cq -> flavor -> res -> qty
+        lq_used: dict[tuple, dict[str, dict[str, Decimal]]] = {}
+        pending: dict[str | None, list[Obj]] = {}
+        admitted_in: dict[str, list[Obj]] = {}
+        for wl in wls:
+            self._seq.setdefault(wl["metadata"]["uid"], next(self._counter))
+            ns = wl["metadata"]["namespace"]
+            adm = (wl.get("status") or {}).get("admission")
+            if adm and _admitted(wl):
+                cq = adm.get("clusterQueue", "")
+                admitted_in.setdefault(cq, []).append(wl)
+                for psa in adm.get("podSetAssignments") or []:
+                    for res, fl in (psa.get("flavors") or {}).items():
+                        q = kq.parse_quantity((psa.get("resourceUsage") or {}).get(res, 0))
+                        for acc in (used.setdefault(cq, {}),
+                                    lq_used.setdefault((ns, wl["spec"].get("queueName")), {})):
+                            acc.setdefault(fl, {})
+                            acc[fl][res] = acc[fl].get(res, Decimal(0)) + q
+                continue
+            if (wl.get("spec") or {}).get("active") is False:
+                continue
+            lq = lqs.get((ns, (wl.get("spec") or {}).get("queueName")))
+            cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
+            pending.setdefault(cq_name if cq_name in cqs else None, []).append(wl)
+
+        live = {w["metadata"]["uid"] for w in wls}
+        self._seq = {u: s for u, s in self._seq.items() if u in live}
+
+        # workloads without a (Local/Cluster)Queue
+        for wl in pending.pop(None, []):
+            lq_name = (wl.get("spec") or {}).get("queueName")
+            lq = lqs.get((wl["metadata"]["namespace"], lq_name))
+            msg = (f"LocalQueue {lq_name} doesn't exist" if lq is None else
+                   f"ClusterQueue {lq['spec'].get('clusterQueue')} doesn't exist")
+            self._set_pending(wl, "Inadmissible", msg, None, t)
+
+        pending_count: dict[str, int] = {}
+        for cq_name, cq in cqs.items():
+            queue = sorted(pending.get(cq_name, []), key=self._order)
+            strict = (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO"
+            stopped = (cq.get("spec") or {}).get("stopPolicy", "None") != "None"
+            cq_used = used.setdefault(cq_name, {})
+            blocked = stopped
+            position = 0
+            for wl in queue:
+                need = kq.workload_requests(wl)
+                assignment, why = (None, "ClusterQueue is stopped") if stopped else \
+                    (None, "blocked by an earlier workload (StrictFIFO)") if blocked else \
+                    kq.assign_flavors(cq, need, cq_used, flavors)
+                if assignment is None:
+                    if strict:
+                        blocked = True
+                    position += 1
+                    self._set_pending(wl, "Pending", f"couldn't assign flavors to pod set "
+                                      f"main: {why}", position, t)
+                    continue
+                for res, fl in assignment.items():
+                    cq_used.setdefault(fl, {})
+                    cq_used[fl][res] = cq_used[fl].get(res, Decimal(0)) + need[res]
+                    acc = lq_used.setdefault((wl["metadata"]["namespace"],
+                                              wl["spec"].get("queueName")), {})
+                    acc.setdefault(fl, {})
+                    acc[fl][res] = acc[fl].get(res, Decimal(0)) + need[res]
+                if self._admit(wl, cq_name, assignment, need, t) is None:
+                    retry = 0.05
+                else:
+                    admitted_in.setdefault(cq_name, []).append(wl)
+            pending_count[cq_name] = position
+            missing = sorted({f["name"] for rg in (cq.get("spec") or {}).get("resourceGroups")
+                              or [] for f in rg.get("flavors") or []} - flavors)
+            self._cq_status(cq, cq_used, position, len(admitted_in.get(cq_name, [])),
+                            missing, t)
+
+        for (ns, name), lq in lqs.items():
+            cq_name = (lq.get("spec") or {}).get("clusterQueue")
+            mine = [w for w in wls if w["metadata"]["namespace"] == ns
+                    and (w.get("spec") or {}).get("queueName") == name]
+            n_adm = sum(1 for w in mine if _admitted(self._fresh(w)))
+            self._lq_status(lq, cqs.get(cq_name), lq_used.get((ns, name), {}),
+                            len(mine) - n_adm, n_adm, t)
+
+        self._ungate_admitted()
+        return retry
+
+    def _order(self, wl: Obj) -> tuple:
+        return (-((wl.get("spec") or {}).get("priority") or 0),
+                wl["metadata"].get("creationTimestamp", ""),
+                self._seq.get(wl["metadata"]["uid"], 0))
+
+    def _fresh(self, wl: Obj) -> Obj | None:
+        try:
+            return self.api.get(kq.WORKLOADS, wl["metadata"]["namespace"],
+                                wl["metadata"]["name"], copy_=False)
+        except ApiError:
+            return None
+
+    # -- workloads for StatefulSets -------------------------------------------------------
+    def _sync_workloads(self) -> float | None:
+        retry = None
+        stses = {s["metadata"]["uid"]: s for s in list_readonly(self.api, STS)}
+        wanted: dict[str, Obj] = {}
+        for uid, sts in stses.items():
+            if (queue_name(sts) and not sts["metadata"].get("deletionTimestamp")
+                    and (sts.get("spec") or {}).get("replicas", 1) > 0):
+                wanted[uid] = self._desired_workload(sts)
+        seen: set[str] = set()
+        for wl in list_readonly(self.api, kq.WORKLOADS):
+            owner = next((r.get("uid") for r in wl["metadata"].get("ownerReferences") or []
+                          if r.get("kind") == "StatefulSet" and r.get("controller")), None)
+            if owner is None:
+                continue  # created by someone else: just queued
+            want = wanted.get(owner)
+            if (want is None or want["metadata"]["name"] != wl["metadata"]["name"]
+                    or (wl["metadata"].get("annotations") or {}).get(HASH_ANNOTATION)
+                    != want["metadata"]["annotations"][HASH_ANNOTATION]):
+                ignore_not_found(self.api.delete, kq.WORKLOADS, wl["metadata"]["namespace"],
+                                 wl["metadata"]["name"])
+                continue
+            seen.add(owner)
+        for uid, want in wanted.items():
+            if uid in seen:
+                continue
+            try:
+                self.api.create(kq.WORKLOADS, want, namespace=want["metadata"]["namespace"])
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+                retry = 0.05  # the old one (same name) is still being removed
+        return retry
+
+    def _desired_workload(self, sts: Obj) -> Obj:
+        spec = sts.get("spec") or {}
+        template = spec.get("template") or {}
+        labels = sts["metadata"].get("labels") or {}
+        wspec: Obj = {"queueName": queue_name(sts), "priority": 0, "active": True,
+                      "podSets": [{"name": "main", "count": spec.get("replicas", 1),
+                                   "template": {"metadata": {k: v for k, v in (
+                                       template.get("metadata") or {}).items()
+                                       if k in ("labels", "annotations")}},
+                                   }]}
+        wspec["podSets"][0]["template"]["spec"] = template.get("spec") or {"containers": []}
+        pc = labels.get(kq.PRIORITY_LABEL)
+        if pc:
+            try:
+                wpc = self.api.get(kq.PRIORITY_CLASSES, None, pc, copy_=False)
+                wspec["priority"] = wpc.get("value", 0)
+                wspec["priorityClassRef"] = {"group": kq.GROUP, "kind": "WorkloadPriorityClass",
+                                             "name": pc}
+            except ApiError:
+                pass
+        h = template_hash([wspec, pc or ""])
+        return {"apiVersion": kq.API_VERSION, "kind": "Workload",
+                "metadata": {"name": workload_name(sts),
+                             "namespace": sts["metadata"]["namespace"],
+                             "labels": {kq.QUEUE_LABEL: queue_name(sts)},
+                             "annotations": {HASH_ANNOTATION: h},
+                             "ownerReferences": [controller_ref(sts, "apps/v1", "StatefulSet")]},
+                "spec": wspec}
+
+    # -- status writes --------------------------------------------------------------------
+    def _set_pending(self, wl: Obj, reason: str, message: str, position: int | None,
+                     t: str) -> None:
+        ann = wl["metadata"].get("annotations") or {}
+        want = str(position) if position is not None else None
+        if ann.get(kq.POSITION_ANNOTATION) != want:
+            new = dict(wl)
+            new["metadata"] = dict(wl["metadata"])
+            ann = dict(ann)
+            if want is None:
+                ann.pop(kq.POSITION_ANNOTATION, None)
+            else:
+                ann[kq.POSITION_ANNOTATION] = want
+            new["metadata"]["annotations"] = ann
+            try:
+                wl = self.api.update(kq.WORKLOADS, new, namespace=wl["metadata"]["namespace"])
+            except ApiError as exc:
+                if exc.code in (404, 409):
+                    self.enqueue_after(ALL, 0.05)
+                    return
+                raise
+        status = dict(wl.get("status") or {})
+        status["conditions"] = set_condition(status.get("conditions"), "QuotaReserved",
+                                             "False", reason, message, t)
+        if write_status(self.api, kq.WORKLOADS, wl, status) is None:
+            self.enqueue_after(ALL, 0.05)
+
+    def _admit(self, wl: Obj, cq_name: str, assignment: dict[str, str],
+               need: dict[str, Decimal], t: str) -> Obj | None:
+        ann = dict(wl["metadata"].get("annotations") or {})
+        if kq.POSITION_ANNOTATION in ann:
+            ann.pop(kq.POSITION_ANNOTATION)
+            new = dict(wl)
+            new["metadata"] = dict(wl["metadata"], annotations=ann)
+            try:
+                wl = self.api.update(kq.WORKLOADS, new, namespace=wl["metadata"]["namespace"])
+            except ApiError as exc:
+                if exc.code in (404, 409):
+                    return None
+                raise
+        status = dict(wl.get("status") or {})
+        ps = (wl["spec"].get("podSets") or [{}])[0]
+        status["admission"] = {"clusterQueue": cq_name, "podSetAssignments": [{
+            "name": ps.get("name", "main"), "count": ps.get("count", 1),
+            "flavors": dict(assignment),
+            "resourceUsage": {r: kq.format_quantity(need[r], r) for r in assignment}}]}
+        conds = set_condition(status.get("conditions"), "QuotaReserved", "True",
+                              "QuotaReserved", f"Quota reserved in ClusterQueue {cq_name}", t)
+        status["conditions"] = set_condition(conds, "Admitted", "True", "Admitted",
+                                             "The workload is admitted", t)
+        return write_status(self.api, kq.WORKLOADS, wl, status)
+
+    def _cq_status(self, cq: Obj, used: dict, pending: int, admitted: int,
+                   missing_flavors: list[str], t: str) -> None:
+        status = dict(cq.get("status") or {})
+        usage = kq.flavor_usage(cq, used)
+        status.update({"flavorsReservation": usage, "flavorsUsage": usage,
+                       "pendingWorkloads": pending, "reservingWorkloads": admitted,
+                       "admittedWorkloads": admitted})
+        if missing_flavors:
+            cond = ("False", "FlavorNotFound",
+                    f"Can't admit new workloads: references missing ResourceFlavor(s): "
+                    f"{', '.join(missing_flavors)}.")
+        else:
+            cond = ("True", "Ready", "Can admit new workloads")
+        status["conditions"] = set_condition(status.get("conditions"), "Active", *cond, when=t)
+        write_status(self.api, kq.CLUSTER_QUEUES, cq, status)
+
+    def _lq_status(self, lq: Obj, cq: Obj | None, used: dict, pending: int, admitted: int,
+                   t: str) -> None:
+        status = dict(lq.get("status") or {})
+        usage = kq.flavor_usage(cq, used, borrowed=False) if cq else []
+        status.update({"flavorsReservation": usage, "flavorsUsage": usage,
+                       "pendingWorkloads": pending, "reservingWorkloads": admitted,
+                       "admittedWorkloads": admitted})
+        cond = (("True", "Ready", "Can submit new workloads to localQueue") if cq else
+                ("False", "ClusterQueueDoesNotExist", "Can't submit new workloads to "
+                 "clusterQueue"))
+        status["conditions"] = set_condition(status.get("conditions"), "Active", *cond, when=t)
+        write_status(self.api, kq.LOCAL_QUEUES, lq, status)
+
+    # -- pods -------------------------------------------------------------------------------
+    def _ungate_admitted(self) -> None:
+        gated = [p for p in list_readonly(self.api, "pods")
+                 if any(g.get("name") == kq.ADMISSION_GATE
+                        for g in (p.get("spec") or {}).get("schedulingGates") or [])]
+        if not gated:
+            return
+        release = {r.get("uid") for wl in list_readonly(self.api, kq.WORKLOADS) if _admitted(wl)
+                   for r in wl["metadata"].get("ownerReferences") or [] if r.get("controller")}
+        # a StatefulSet that left its queue releases its pods too
+        release |= {s["metadata"]["uid"] for s in list_readonly(self.api, STS)
+                    if not queue_name(s)}
+        for pod in gated:
+            owner = next((r.get("uid") for r in pod["metadata"].get("ownerReferences") or []
+                          if r.get("controller")), None)
+            if owner not in release:
+                continue
+            new = dict(pod)
+            new["spec"] = dict(pod["spec"])
+            rest = [g for g in pod["spec"]["schedulingGates"] if g.get("name") != kq.ADMISSION_GATE]
+            if rest:
+                new["spec"]["schedulingGates"] = rest
+            else:
+                new["spec"].pop("schedulingGates")
+            try:
+                self.api.update("pods", new, namespace=pod["metadata"]["namespace"])
+            except ApiError as exc:
+                if exc.code not in (404, 409):
+                    raise
+                self.enqueue_after(ALL, 0.05)

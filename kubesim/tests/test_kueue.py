@@ -1,0 +1,285 @@
+"""Kueue admission controller (kubesim/controllers/kueue.py) against Kueue's real CRDs."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from kubesim import kueue as kq
+from kubesim.controllers.kueue import workload_name
+from kubesim.testing import KubeSim
+
+if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
+    pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()} (set KUEUE_CRDS_DIR)",
+                allow_module_level=True)
+
+NODES = "gpu:2x{cpu:256,memory:1024Gi,nvidia.com/gpu:64}"  # quota, not nodes, limits
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with KubeSim(nodes=NODES, kueue=True) as s:
+        yield s
+
+
+def create(sim, resource, obj, ns=None):
+    return sim.call(sim.api.create, resource, obj, namespace=ns)
+
+
+def get(sim, resource, ns, name):
+    return sim.call(sim.api.get, resource, ns, name)
+
+
+def setup_queue(sim, gpus=4, strategy=None):
+    """A namespace, a ClusterQueue with `gpus` GPUs, a ResourceFlavor and a LocalQueue."""
+    i = next(_ids)
+    ns, cq, lq, flavor = f"kq-{i}", f"cq-{i}", "lq", f"flavor-{i}"
+    create(sim, "namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": ns}})
+    create(sim, kq.RESOURCE_FLAVORS, {"apiVersion": kq.API_VERSION, "kind": "ResourceFlavor",
+                                      "metadata": {"name": flavor}, "spec": {}})
+    spec = {"namespaceSelector": {}, "resourceGroups": [{
+        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+        "flavors": [{"name": flavor, "resources": [
+            {"name": "cpu", "nominalQuota": 64}, {"name": "memory", "nominalQuota": "256Gi"},
+            {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}
+    if strategy:
+        spec["queueingStrategy"] = strategy
+    create(sim, kq.CLUSTER_QUEUES, {"apiVersion": kq.API_VERSION, "kind": "ClusterQueue",
+                                    "metadata": {"name": cq}, "spec": spec})
+    create(sim, kq.LOCAL_QUEUES, {"apiVersion": kq.API_VERSION, "kind": "LocalQueue",
+                                  "metadata": {"name": lq, "namespace": ns},
+                                  "spec": {"clusterQueue": cq}})
+    return ns, cq, lq
+
+
+def statefulset(sim, ns, name, gpus=2, replicas=1, queue="lq", priority_class=None,
+                policy="Parallel"):
+    labels = {kq.QUEUE_LABEL: queue} if queue else {}
+    if priority_class:
+        labels[kq.PRIORITY_LABEL] = priority_class
+    obj = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": name, "namespace": ns, "labels": labels},
+           "spec": {"replicas": replicas, "serviceName": name, "podManagementPolicy": policy,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{
+                        "name": "main", "image": "busybox",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi",
+                                                   "nvidia.com/gpu": str(gpus)},
+                                      "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}
+    return create(sim, "statefulsets.apps", obj, ns)
+
+
+def workload(sim, ns, name):
+    sts = get(sim, "statefulsets.apps", ns, name)
+    return get(sim, kq.WORKLOADS, ns, workload_name(sts))
+
+
+def cond(obj, type_):
+    return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                 if c["type"] == type_), None)
+
+
+def pods_of(sim, ns, name):
+    return [p for p in sim.call(sim.api.list, "pods", ns)["items"]
+            if p["metadata"]["name"].startswith(name + "-")]
+
+
+def running(sim, ns, name, n=1):
+    pods = pods_of(sim, ns, name)
+    return len(pods) == n and all(p["status"].get("phase") == "Running" for p in pods)
+
+
+def gated(sim, ns, name, n=1):
+    pods = pods_of(sim, ns, name)
+    return len(pods) == n and all(
+        p["spec"].get("schedulingGates") == [{"name": kq.ADMISSION_GATE}]
+        and (cond(p, "PodScheduled") or {}).get("reason") == "SchedulingGated" for p in pods)
+
+
+def admitted(sim, ns, name):
+    c = cond(workload(sim, ns, name), "Admitted")
+    return c and c["status"] == "True"
+
+
+def pending(sim, ns, name):
+    c = cond(workload(sim, ns, name), "QuotaReserved")
+    return c and c["status"] == "False" and c["reason"] == "Pending"
+
+
+# -- tests ------------------------------------------------------------------------------
+@pytest.mark.parametrize("resource", [kq.CLUSTER_QUEUES, kq.LOCAL_QUEUES, kq.WORKLOADS,
+                                      kq.RESOURCE_FLAVORS, kq.PRIORITY_CLASSES,
+                                      "admissionchecks.kueue.x-k8s.io", "cohorts.kueue.x-k8s.io"])
+def test_crds_installed_and_served(sim, resource):
+    rt = sim.api.registry.find(resource)
+    assert rt is not None and rt.version == "v1beta2"
+    assert sim.call(sim.api.list, resource)["items"] is not None
+
+
+def test_quota_admits_two_then_queues_third_until_one_goes(sim):
+    ns, cq, lq = setup_queue(sim, gpus=4)
+    for n in ("a", "b"):
+        statefulset(sim, ns, n)
+    for n in ("a", "b"):
+        sim.wait_for(lambda: running(sim, ns, n), message=f"{n} running")
+    wl = workload(sim, ns, "a")
+    assert wl["spec"]["queueName"] == lq and wl["spec"]["podSets"][0]["count"] == 1
+    assert wl["metadata"]["ownerReferences"][0]["kind"] == "StatefulSet"
+    assert cond(wl, "QuotaReserved")["status"] == "True"
+    assert wl["status"]["admission"]["clusterQueue"] == cq
+    assert wl["status"]["admission"]["podSetAssignments"][0]["resourceUsage"][
+        "nvidia.com/gpu"] == "2"
+
+    statefulset(sim, ns, "c")
+    sim.wait_for(lambda: gated(sim, ns, "c") and pending(sim, ns, "c"), message="c gated")
+    wl = workload(sim, ns, "c")
+    assert "nvidia.com/gpu" in cond(wl, "QuotaReserved")["message"]
+    assert wl["metadata"]["annotations"][kq.POSITION_ANNOTATION] == "1"
+    sim.wait_for(lambda: get(sim, kq.CLUSTER_QUEUES, None, cq).get("status", {}).get(
+        "pendingWorkloads") == 1, message="cq status")
+    st = get(sim, kq.CLUSTER_QUEUES, None, cq)["status"]
+    assert st["admittedWorkloads"] == 2
+    gpu = next(r for r in st["flavorsReservation"][0]["resources"] if r["name"] == "nvidia.com/gpu")
+    assert gpu["total"] == "4"
+    lqs = get(sim, kq.LOCAL_QUEUES, ns, lq)["status"]
+    assert (lqs["pendingWorkloads"], lqs["admittedWorkloads"]) == (1, 2)
+
+    sim.call(sim.api.delete, "statefulsets.apps", ns, "a")
+    sim.wait_for(lambda: running(sim, ns, "c"), message="c running after a deleted")
+    wl = workload(sim, ns, "c")
+    assert cond(wl, "Admitted")["status"] == "True"
+    assert kq.POSITION_ANNOTATION not in wl["metadata"].get("annotations", {})
+
+
+def test_scale_to_zero_releases_quota(sim):
+    ns, _, _ = setup_queue(sim, gpus=2)
+    statefulset(sim, ns, "a")
+    sim.wait_for(lambda: running(sim, ns, "a"), message="a running")
+    statefulset(sim, ns, "b")
+    sim.wait_for(lambda: gated(sim, ns, "b"), message="b gated")
+    sim.call(sim.api.patch, "statefulsets.apps", ns, "a", {"spec": {"replicas": 0}})
+    sim.wait_for(lambda: running(sim, ns, "b"), message="b running after a scaled to 0")
+
+
+@pytest.mark.parametrize("policy,gated_pods", [
+    ("Parallel", 2),
+    ("OrderedReady", 1),  # pod 1 waits for pod 0; it is created ungated once admitted
+])
+def test_gang_is_all_or_nothing(sim, policy, gated_pods):
+    ns, _, _ = setup_queue(sim, gpus=4, strategy="StrictFIFO")
+    statefulset(sim, ns, "small")
+    sim.wait_for(lambda: running(sim, ns, "small"), message="small running")
+    statefulset(sim, ns, "gang", gpus=2, replicas=2, policy=policy)
+    sim.wait_for(lambda: gated(sim, ns, "gang", n=gated_pods) and pending(sim, ns, "gang"),
+                 message="gang fully gated")
+    assert workload(sim, ns, "gang")["spec"]["podSets"][0]["count"] == 2
+    sim.call(sim.api.delete, "statefulsets.apps", ns, "small")
+    sim.wait_for(lambda: running(sim, ns, "gang", n=2), message="gang running")
+    usage = workload(sim, ns, "gang")["status"]["admission"]["podSetAssignments"][0]
+    assert usage["count"] == 2 and usage["resourceUsage"]["nvidia.com/gpu"] == "4"
+
+
+@pytest.mark.parametrize("strategy,late_small_admitted", [
+    ("StrictFIFO", False),       # the big head blocks everything behind it
+    ("BestEffortFIFO", True),    # a smaller workload behind it may go first
+])
+def test_queueing_strategy(sim, strategy, late_small_admitted):
+    ns, _, _ = setup_queue(sim, gpus=4, strategy=strategy)
+    statefulset(sim, ns, "first", gpus=2)
+    sim.wait_for(lambda: running(sim, ns, "first"), message="first running")
+    statefulset(sim, ns, "big", gpus=4)
+    sim.wait_for(lambda: pending(sim, ns, "big"), message="big pending")
+    statefulset(sim, ns, "late", gpus=2)
+    if late_small_admitted:
+        sim.wait_for(lambda: running(sim, ns, "late"), message="late running")
+    else:
+        sim.wait_for(lambda: pending(sim, ns, "late") and gated(sim, ns, "late"),
+                     message="late pending")
+        assert workload(sim, ns, "late")["metadata"]["annotations"][
+            kq.POSITION_ANNOTATION] == "2"
+    assert pending(sim, ns, "big")
+
+
+def test_priority_orders_the_queue(sim):
+    ns, _, _ = setup_queue(sim, gpus=2, strategy="StrictFIFO")
+    i = next(_ids)
+    create(sim, kq.PRIORITY_CLASSES, {"apiVersion": kq.API_VERSION,
+                                      "kind": "WorkloadPriorityClass",
+                                      "metadata": {"name": f"high-{i}"}, "value": 1000})
+    statefulset(sim, ns, "holder")
+    sim.wait_for(lambda: running(sim, ns, "holder"), message="holder running")
+    statefulset(sim, ns, "low")
+    sim.wait_for(lambda: pending(sim, ns, "low"), message="low pending")
+    statefulset(sim, ns, "high", priority_class=f"high-{i}")
+    sim.wait_for(lambda: pending(sim, ns, "high"), message="high pending")
+    wl = workload(sim, ns, "high")
+    assert wl["spec"]["priority"] == 1000
+    assert wl["spec"]["priorityClassRef"]["name"] == f"high-{i}"
+    sim.wait_for(lambda: workload(sim, ns, "high")["metadata"]["annotations"].get(
+        kq.POSITION_ANNOTATION) == "1", message="high first in line")
+    sim.call(sim.api.delete, "statefulsets.apps", ns, "holder")
+    sim.wait_for(lambda: running(sim, ns, "high"), message="high running")
+    assert pending(sim, ns, "low") and gated(sim, ns, "low")
+
+
+@pytest.mark.parametrize("queue,expect", [
+    (None, "running"),              # no queue label: Kueue leaves it alone
+    ("missing", "inadmissible"),    # no such LocalQueue: gated, Inadmissible
+])
+def test_unqueued_and_unknown_queue(sim, queue, expect):
+    ns, _, _ = setup_queue(sim, gpus=4)
+    statefulset(sim, ns, "s", queue=queue)
+    if expect == "running":
+        sim.wait_for(lambda: running(sim, ns, "s"), message="s running")
+        assert not pods_of(sim, ns, "s")[0]["spec"].get("schedulingGates")
+        assert not [w for w in sim.call(sim.api.list, kq.WORKLOADS, ns)["items"]]
+    else:
+        def inadmissible():
+            c = cond(workload(sim, ns, "s"), "QuotaReserved")
+            return c and c["reason"] == "Inadmissible" and "LocalQueue missing" in c["message"]
+        sim.wait_for(lambda: inadmissible() and gated(sim, ns, "s"), message="inadmissible")
+        # removing the label releases the pods
+        sim.call(sim.api.patch, "statefulsets.apps", ns, "s",
+                 {"metadata": {"labels": {kq.QUEUE_LABEL: None}}})
+        sim.wait_for(lambda: running(sim, ns, "s"), message="s running once unqueued")
+
+
+def test_quota_math():
+    from decimal import Decimal
+
+    cq = {"spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+        {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 2}]},
+        {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]}}
+    need = {"nvidia.com/gpu": Decimal(4)}
+    assert kq.assign_flavors(cq, need, {}) == ({"nvidia.com/gpu": "h100"}, "")
+    got, why = kq.assign_flavors(cq, need, {"h100": {"nvidia.com/gpu": Decimal(6)}})
+    assert got is None and "2 more needed" in why
+    got, why = kq.assign_flavors(cq, {"cpu": Decimal(1)}, {})
+    assert got is None and "cpu unavailable" in why
+    assert kq.assign_flavors(cq, need, {}, flavors_exist=["a100"])[0] is None
+
+
+def test_inert_without_kueue_crds():
+    with KubeSim(nodes=NODES) as s:
+        assert s.api.registry.find(kq.WORKLOADS) is None
+        ctrl = s.cluster.manager.get("kueue")
+        assert ctrl is not None
+        create(s, "statefulsets.apps", {
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "q", "namespace": "default", "labels": {kq.QUEUE_LABEL: "lq"}},
+            "spec": {"replicas": 1, "serviceName": "q", "selector": {"matchLabels": {"app": "q"}},
+                     "template": {"metadata": {"labels": {"app": "q"}},
+                                  "spec": {"containers": [{"name": "c", "image": "x"}]}}}},
+            "default")
+        s.wait_for(lambda: running(s, "default", "q"), message="q running")
+        assert not pods_of(s, "default", "q")[0]["spec"].get("schedulingGates")
+        assert ctrl.queue.empty() and not ctrl._timers
+
+
+def test_cli_flag():
+    from kubesim.__main__ import build_parser
+
+    assert build_parser().parse_args(["--kubeconfig", "k", "--kueue"]).kueue is True
+    assert build_parser().parse_args(["--kubeconfig", "k"]).kueue is False
