@@ -69,6 +69,16 @@ def try_get(api: Any, resource: str, namespace: str | None, name: str) -> Obj | 
         raise
 
 
+def delete_pod(api, pod: Obj) -> None:
+    """Delete this very pod (uid precondition); gone already or replaced meanwhile is fine."""
+    try:
+        api.delete("pods", pod["metadata"].get("namespace"), pod["metadata"]["name"],
+                   preconditions={"uid": pod["metadata"]["uid"]})
+    except ApiError as exc:
+        if exc.code not in (404, 409):
+            raise
+
+
 def ignore_not_found(fn, *args, **kwargs) -> Any:
     try:
         return fn(*args, **kwargs)

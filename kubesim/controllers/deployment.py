@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Hashable
 
-from kubesim.controllers._util import (controller_ref, fmt_time, get_condition, now,
+from kubesim.controllers._util import (delete_pod, controller_ref, fmt_time, get_condition, now,
                                        namespace_terminating, owned_pods, pod_active,
                                        pod_deleting, pod_from_template, pod_ready, pod_terminal,
                                        rand_suffix, selector_matches, set_condition,
@@ -68,7 +68,7 @@ class DeploymentController(Controller):
         # failed/succeeded pods of a Deployment are replaced
         for p in pods:
             if pod_terminal(p) and not pod_deleting(p):
-                self._delete(p)
+                delete_pod(self.api, p)
         live = [p for p in pods if pod_active(p)]
         new = [p for p in live if (p["metadata"].get("labels") or {}).get("pod-template-hash") == hash_]
         old = [p for p in live if p not in new]
@@ -84,7 +84,7 @@ class DeploymentController(Controller):
             if strategy == "Recreate":
                 if old:
                     for p in old:
-                        self._delete(p)
+                        delete_pod(self.api, p)
                     old = []
                 elif not terminating_old:
                     to_create = replicas - len(new)
@@ -100,12 +100,12 @@ class DeploymentController(Controller):
                 for p in sorted(old, key=_deletion_order):
                     if budget <= 0:
                         break
-                    self._delete(p)
+                    delete_pod(self.api, p)
                     old.remove(p)
                     budget -= 1
             if len(new) > replicas:
                 for p in sorted(new, key=_deletion_order)[:len(new) - replicas]:
-                    self._delete(p)
+                    delete_pod(self.api, p)
                     new.remove(p)
             for _ in range(max(to_create, 0)):
                 pod_name = f"{name}-{hash_}-{rand_suffix()}"
@@ -124,14 +124,6 @@ class DeploymentController(Controller):
         if not self._update_status(d, hash_, new, old, create_error):
             return 0.05
         return requeue
-
-    def _delete(self, pod: Obj) -> None:
-        try:
-            self.api.delete("pods", pod["metadata"].get("namespace"), pod["metadata"]["name"],
-                            preconditions={"uid": pod["metadata"]["uid"]})
-        except ApiError as exc:
-            if exc.code not in (404, 409):
-                raise
 
     def _update_status(self, d: Obj, hash_: str, new: list[Obj], old: list[Obj],
                        create_error: str) -> bool:

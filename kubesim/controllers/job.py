@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Hashable
 
-from kubesim.controllers._util import (condition_true, controller_ref, fmt_time, get_condition,
+from kubesim.controllers._util import (delete_pod, condition_true, controller_ref, fmt_time, get_condition,
                                        namespace_terminating, now, owned_pods, parse_time,
                                        pod_active, pod_deleting, pod_from_template, pod_ready,
                                        rand_suffix, set_condition, try_get, write_status)
@@ -88,7 +88,7 @@ class JobController(Controller):
 
         if condition_true(job, "Complete") or condition_true(job, "Failed"):
             for p in active:
-                self._delete(p)
+                delete_pod(self.api, p)
             return self._ttl(job, t)
 
         indexed = spec.get("completionMode") == "Indexed"
@@ -112,7 +112,7 @@ class JobController(Controller):
         def finish(ok: bool, reason: str, message: str) -> None:
             nonlocal conds, failed
             for p in active:
-                self._delete(p)
+                delete_pod(self.api, p)
             if not ok:  # pods killed because the job failed count as failed, like k8s
                 failed += len(active)
             if ok:
@@ -128,7 +128,7 @@ class JobController(Controller):
 
         if spec.get("suspend"):
             for p in active:
-                self._delete(p)
+                delete_pod(self.api, p)
             active = []
             conds = set_condition(conds, "Suspended", "True", "JobSuspended", "Job suspended",
                                   when, probe=True)
@@ -197,7 +197,7 @@ class JobController(Controller):
             for p in sorted(active, key=lambda p: (pod_ready(p),
                                                    p["metadata"].get("creationTimestamp", "")))[
                     :len(active) - want]:
-                self._delete(p)
+                delete_pod(self.api, p)
             return None
         missing = want - len(active)
         if missing <= 0:
@@ -241,14 +241,6 @@ class JobController(Controller):
                 if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in c.get("env") or []):
                     c["env"] = list(c.get("env") or []) + [env]
         return pod
-
-    def _delete(self, pod: Obj) -> None:
-        try:
-            self.api.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
-                            preconditions={"uid": pod["metadata"]["uid"]})
-        except ApiError as exc:
-            if exc.code not in (404, 409):
-                raise
 
     def _ttl(self, job: Obj, t) -> float | None:
         ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")

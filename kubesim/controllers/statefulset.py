@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from kubesim.controllers._util import (controller_ref, ignore_not_found,
+from kubesim.controllers._util import (delete_pod, controller_ref, ignore_not_found,
                                        namespace_terminating, owned_pods, pod_deleting,
                                        pod_from_template, pod_ready, pod_terminal, template_hash,
                                        try_get, write_status)
@@ -88,7 +88,7 @@ class StatefulSetController(Controller):
         # replace failed and succeeded pods (a StatefulSet's pods always run)
         for o, p in list(pods.items()):
             if pod_terminal(p) and not pod_deleting(p):
-                self._delete_pod(p)
+                delete_pod(self.api, p)
 
         requeue = None
         if not stopping:
@@ -119,9 +119,9 @@ class StatefulSetController(Controller):
                 if parallel:
                     for o in condemned:
                         if not pod_deleting(pods[o]):
-                            self._delete_pod(pods[o])
+                            delete_pod(self.api, pods[o])
                 elif not any(pod_deleting(pods[o]) for o in condemned):
-                    self._delete_pod(pods[condemned[0]])  # OrderedReady: highest first
+                    delete_pod(self.api, pods[condemned[0]])  # OrderedReady: highest first
             if retention.get("whenScaled") == "Delete":
                 self._delete_scaled_claims(sts, ns, wanted, pods)
 
@@ -137,7 +137,7 @@ class StatefulSetController(Controller):
                         if p is None or pod_deleting(p):
                             break
                         if _revision(p) != update_rev:
-                            self._delete_pod(p)
+                            delete_pod(self.api, p)
                             break
 
         if not self._update_status(sts, pods, wanted, update_rev, current_rev):
@@ -248,14 +248,6 @@ class StatefulSetController(Controller):
                 if any(labels.get(k) != v for k, v in sel.items()):
                     continue
                 ignore_not_found(self.api.delete, "persistentvolumeclaims", ns, pname)
-
-    def _delete_pod(self, pod: Obj) -> None:
-        try:
-            self.api.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
-                            preconditions={"uid": pod["metadata"]["uid"]})
-        except ApiError as exc:
-            if exc.code not in (404, 409):
-                raise
 
     # -- status ----------------------------------------------------------------------
     def _update_status(self, sts: Obj, pods: dict[int, Obj], wanted: range, update_rev: str,
