@@ -1,4 +1,5 @@
-"""Kueue support: install Kueue's real CRDs into an ApiServer, and the quota math.
+"""Kueue support: install Kueue's real CRDs into an ApiServer, the quota math, and the
+visibility on-demand API (`visibility.kueue.x-k8s.io`, pending workloads in order).
 
 The CRDs (kueue v0.19.2, kueue.x-k8s.io, storage version v1beta2) are read from the
 directory named by `KUEUE_CRDS_DIR`, default `<repo>/../shared/schemas/kueue-v0.19.2`;
@@ -29,9 +30,16 @@ RESOURCE_FLAVORS = f"resourceflavors.{GROUP}"
 PRIORITY_CLASSES = f"workloadpriorityclasses.{GROUP}"
 QUEUE_LABEL = f"{GROUP}/queue-name"
 PRIORITY_LABEL = f"{GROUP}/priority-class"
+JOB_UID_LABEL = f"{GROUP}/job-uid"
 ADMISSION_GATE = f"{GROUP}/admission"
-# kubesim extension: 1-based position of a pending Workload in its ClusterQueue
+# kubesim extension: 1-based position of a pending Workload in its ClusterQueue (for
+# humans and kubesim's own tests; clients use the visibility API below)
 POSITION_ANNOTATION = "kubesim.io/queue-position"
+VISIBILITY_GROUP = f"visibility.{GROUP}"
+# kueue v0.19 serves both, v1beta2 preferred (pkg/visibility/server.go)
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
+# constants.DefaultPendingWorkloadsLimit / MaxPendingWorkloadsLimit
+DEFAULT_PENDING_LIMIT, MAX_PENDING_LIMIT = 1000, 4000
 CRD_FILES = ("clusterqueues", "localqueues", "resourceflavors", "workloads",
              "workloadpriorityclasses", "admissionchecks", "cohorts", "topologies",
              "provisioningrequestconfigs")
@@ -185,3 +193,109 @@ def flavor_usage(cq: Obj, used: Mapping[str, Mapping[str, Decimal]],
                 res.append(e)
             out.append({"name": fl["name"], "resources": res})
     return out
+
+
+# -- visibility on-demand API ------------------------------------------------------------
+def pending_workload(wl: Obj, position_in_cq: int, position_in_lq: int) -> Obj:
+    """A visibility PendingWorkload (pkg/visibility/storage/utils.go newPendingWorkload)."""
+    meta = wl["metadata"]
+    return {"metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "creationTimestamp": meta.get("creationTimestamp"),
+                         "ownerReferences": [{k: r[k] for k in ("apiVersion", "kind", "name", "uid")
+                                              if k in r}
+                                             for r in meta.get("ownerReferences") or []]},
+            "priority": (wl.get("spec") or {}).get("priority") or 0,
+            "localQueueName": (wl.get("spec") or {}).get("queueName", ""),
+            "positionInClusterQueue": position_in_cq,
+            "positionInLocalQueue": position_in_lq}
+
+
+def _bounded(query: Mapping[str, str]) -> tuple[int, int]:
+    def number(key: str, default: int) -> int:
+        raw = query.get(key)
+        if raw in (None, ""):
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ApiError(400, f"{key}: invalid value {raw!r}: must be an integer",
+                           "BadRequest") from None
+    limit = min(max(number("limit", DEFAULT_PENDING_LIMIT), 0), MAX_PENDING_LIMIT)
+    return limit, max(number("offset", 0), 0)
+
+
+def pending_summary(version: str, queue: list[Obj], namespace: str | None = None,
+                    local_queue: str | None = None, query: Mapping[str, str] | None = None
+                    ) -> Obj:
+    """PendingWorkloadsSummary of a ClusterQueue's ordered pending `queue`, or of the
+    part of it submitted to `namespace`/`local_queue` (positions are 0-based; offset and
+    limit count within the answer, as kueue's storage does)."""
+    limit, offset = _bounded(query or {})
+    items: list[Obj] = []
+    per_lq: dict[tuple[str, str], int] = {}
+    skipped = 0
+    for index, wl in enumerate(queue):
+        if len(items) >= limit:
+            break
+        key = (wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
+        if local_queue is not None and key != (namespace, local_queue):
+            continue
+        in_lq = per_lq.get(key, 0)
+        per_lq[key] = in_lq + 1
+        if skipped < offset:
+            skipped += 1
+            continue
+        items.append(pending_workload(wl, index, in_lq))
+    return {"kind": "PendingWorkloadsSummary", "apiVersion": f"{VISIBILITY_GROUP}/{version}",
+            "metadata": {"creationTimestamp": None}, "items": items}
+
+
+class VisibilityApi:
+    """`visibility.kueue.x-k8s.io` for KubeSimServer.add_aggregated: GET
+    clusterqueues/<cq>/pendingworkloads and namespaces/<ns>/localqueues/<lq>/pendingworkloads,
+    served from `pending(cq)` (the admission controller's order) while the Kueue CRDs are
+    installed."""
+
+    group = VISIBILITY_GROUP
+    versions = VISIBILITY_VERSIONS
+
+    def __init__(self, api: Any, pending: Any):
+        self.api, self.pending = api, pending
+
+    def enabled(self) -> bool:
+        return installed(self.api)
+
+    def resources(self, version: str) -> list[Obj]:
+        out = []
+        for plural, kind, namespaced in (("clusterqueues", "ClusterQueue", False),
+                                         ("localqueues", "LocalQueue", True)):
+            out.append({"name": plural, "singularName": plural[:-1], "namespaced": namespaced,
+                        "kind": kind, "verbs": []})
+            out.append({"name": f"{plural}/pendingworkloads", "singularName": "",
+                        "namespaced": namespaced, "kind": "PendingWorkloadsSummary",
+                        "verbs": ["get"]})
+        return out
+
+    def get(self, version: str, namespace: str | None, segs: list[str],
+            query: Mapping[str, str]) -> Obj:
+        plural = segs[0] if segs else ""
+        if (len(segs) != 3 or segs[2] != "pendingworkloads"
+                or plural not in ("clusterqueues", "localqueues")
+                or (plural == "localqueues") != (namespace is not None)):
+            if len(segs) in (1, 2) and plural in ("clusterqueues", "localqueues"):
+                raise ApiError(405, "the server does not allow this method on the requested "
+                               "resource", "MethodNotAllowed")
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        name = segs[1]
+        resource = CLUSTER_QUEUES if plural == "clusterqueues" else LOCAL_QUEUES
+        try:
+            queue = self.api.get(resource, namespace, name, copy_=False)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            raise ApiError(404, f'{plural[:-1]}.{VISIBILITY_GROUP} "{name}" not found',
+                           "NotFound") from None
+        if plural == "clusterqueues":
+            return pending_summary(version, self.pending(name), query=query)
+        cq = (queue.get("spec") or {}).get("clusterQueue", "")
+        return pending_summary(version, self.pending(cq), namespace, name, query)

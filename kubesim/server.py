@@ -67,6 +67,9 @@ class KubeSimServer:
         self.metrics = metrics or Metrics()
         self.faults = faults or FaultInjector()
         self._watch_tasks: set[asyncio.Task] = set()
+        # group -> provider of an aggregated API (kube-aggregator's APIService): served
+        # by the provider, listed in discovery while provider.enabled()
+        self.aggregated: dict[str, Any] = {}
         self.app = web.Application(client_max_size=64 * 1024 * 1024,
                                    middlewares=[self._middleware])
         r = self.app.router
@@ -160,24 +163,65 @@ class KubeSimServer:
         return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
             {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host}:{request.url.port}"}]})
 
+    # -- aggregated APIs (e.g. Kueue's visibility.kueue.x-k8s.io) ------------------------
+    def add_aggregated(self, provider: Any) -> None:
+        """Serve an API group from `provider` instead of the registry, like an APIService.
+
+        The provider has `group`, `versions` (preferred first), `enabled()` (listed in
+        discovery and served only while true), `resources(version)` (APIResource entries)
+        and `get(version, namespace, segments, query)` returning the response body or
+        raising ApiError; only GET is served."""
+        self.aggregated[provider.group] = provider
+
+    def _aggregated(self, group: str) -> Any:
+        provider = self.aggregated.get(group)
+        return provider if provider is not None and provider.enabled() else None
+
+    def _groups(self) -> dict[str, list[str]]:
+        groups = self.api.registry.groups()
+        for group in self.aggregated:
+            if self._aggregated(group):
+                groups[group] = list(self.aggregated[group].versions)
+        return groups
+
+    async def _dispatch_aggregated(self, request: web.Request, provider: Any) -> web.Response:
+        version = request.match_info["version"]
+        if version not in provider.versions:
+            raise errors.ApiError(404, "the server could not find the requested resource",
+                                  "NotFound")
+        segs = [s for s in request.match_info.get("tail", "").split("/") if s]
+        namespace = None
+        if len(segs) >= 2 and segs[0] == "namespaces":
+            namespace, segs = segs[1], segs[2:]
+        request[VERB_KEY] = "get" if request.method == "GET" else request.method.lower()
+        request[RESOURCE_KEY] = "/".join(segs[:1] + segs[2:3])
+        await self._apply_faults(request, request[VERB_KEY], request[RESOURCE_KEY])
+        if request.method != "GET":
+            raise errors.ApiError(405, "the server does not allow this method on the "
+                                  "requested resource", "MethodNotAllowed")
+        return _json(provider.get(version, namespace, segs, request.query))
+
     def _group_obj(self, group: str, versions: list[str]) -> dict[str, Any]:
         vs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
         return {"name": group, "versions": vs, "preferredVersion": vs[0]}
 
     async def api_groups(self, request: web.Request) -> web.Response:
-        groups = [self._group_obj(g, vs) for g, vs in sorted(self.api.registry.groups().items())
-                  if g]
+        groups = [self._group_obj(g, vs) for g, vs in sorted(self._groups().items()) if g]
         return _json({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
     async def group_versions(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
-        versions = self.api.registry.groups().get(group)
+        versions = self._groups().get(group)
         if not versions:
             raise errors.ApiError(404, "the server could not find the requested resource",
                                   "NotFound")
         return _json({"kind": "APIGroup", "apiVersion": "v1", **self._group_obj(group, versions)})
 
     def _resource_list(self, group: str, version: str) -> dict[str, Any]:
+        provider = self._aggregated(group)
+        if provider is not None and version in provider.versions:
+            return {"kind": "APIResourceList", "apiVersion": "v1",
+                    "groupVersion": f"{group}/{version}", "resources": provider.resources(version)}
         types = self.api.registry.resources_in(group, version)
         if not types:
             raise errors.ApiError(404, "the server could not find the requested resource",
@@ -335,6 +379,9 @@ class KubeSimServer:
         return "All" in request.query.getall("dryRun", [])
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        provider = self._aggregated(request.match_info.get("group", ""))
+        if provider is not None:
+            return await self._dispatch_aggregated(request, provider)
         route = self._route(request)
         q = request.query
         method = request.method

@@ -3,15 +3,17 @@
 Inert unless the Kueue CRDs are installed (`Cluster(kueue=True)`, `--kueue`).
 
 A StatefulSet labelled `kueue.x-k8s.io/queue-name: <localqueue>` is one gang Workload
-(`statefulset-<name>-<hash5>`, owned by the StatefulSet, one pod set `main` with
-count = replicas). A mutator (kueue's pod webhook) gives each new pod of such a set the
+(`statefulset-<name>-<hash5>`, owned by the StatefulSet and labelled
+`kueue.x-k8s.io/job-uid: <its uid>`, one pod set `main` with count = replicas). A mutator (kueue's pod webhook) gives each new pod of such a set the
 scheduling gate `kueue.x-k8s.io/admission` while its Workload is not admitted. The
 controller reserves quota in the LocalQueue's ClusterQueue for the whole gang (all or
 nothing), highest `spec.priority` first then oldest (queueingStrategy StrictFIFO stops at
 the first workload that does not fit, BestEffortFIFO tries the next ones), sets the
 QuotaReserved/Admitted conditions and `status.admission`, and removes the gate from the
 pods. Pending workloads get QuotaReserved False (reason Pending, or Inadmissible when the
-queue does not exist) and the annotation `kubesim.io/queue-position`. Deleting the
+queue does not exist) and the annotation `kubesim.io/queue-position`; the visibility
+on-demand API (`visibility.kueue.x-k8s.io` v1beta2 and v1beta1, kubesim/kueue.py
+VisibilityApi) serves the same order as PendingWorkloadsSummary. Deleting the
 StatefulSet or scaling it to 0 releases the quota; any other change of replicas or of the
 pod template recreates the Workload (queued again). Not modelled: cohorts, borrowing,
 preemption, admission checks, fair sharing, nodeSelector injection from the flavor's
@@ -63,6 +65,9 @@ class KueueController(Controller):
         self._seq: dict[str, int] = {}
         self._counter = itertools.count()
         self.api.add_mutator(self._gate_pod)
+        server = getattr(cluster, "server", None)
+        if server is not None:
+            server.add_aggregated(kq.VisibilityApi(self.api, self.pending_workloads))
 
     # -- pod "webhook" --------------------------------------------------------------
     def _gate_pod(self, rt: Any, pod: Obj) -> None:
@@ -122,7 +127,6 @@ class KueueController(Controller):
 
         used: dict[str, dict[str, dict[str, Decimal]]] = {}       # cq -> flavor -> res -> qty
         lq_used: dict[tuple, dict[str, dict[str, Decimal]]] = {}
-        pending: dict[str | None, list[Obj]] = {}
         admitted_in: dict[str, list[Obj]] = {}
         for wl in wls:
             self._seq.setdefault(wl["metadata"]["uid"], next(self._counter))
@@ -138,12 +142,7 @@ class KueueController(Controller):
                                     lq_used.setdefault((ns, wl["spec"].get("queueName")), {})):
                             acc.setdefault(fl, {})
                             acc[fl][res] = acc[fl].get(res, Decimal(0)) + q
-                continue
-            if (wl.get("spec") or {}).get("active") is False:
-                continue
-            lq = lqs.get((ns, (wl.get("spec") or {}).get("queueName")))
-            cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
-            pending.setdefault(cq_name if cq_name in cqs else None, []).append(wl)
+        pending = self._pending_by_cq(wls, lqs, cqs)
 
         live = {w["metadata"]["uid"] for w in wls}
         self._seq = {u: s for u, s in self._seq.items() if u in live}
@@ -203,6 +202,32 @@ class KueueController(Controller):
 
         self._ungate_admitted()
         return retry
+
+    @staticmethod
+    def _pending_by_cq(wls: list[Obj], lqs: dict[tuple, Obj], cqs: dict[str, Obj]
+                       ) -> dict[str | None, list[Obj]]:
+        """Active, not admitted workloads by ClusterQueue (None: no such Local/ClusterQueue)."""
+        pending: dict[str | None, list[Obj]] = {}
+        for wl in wls:
+            if (((wl.get("status") or {}).get("admission") and _admitted(wl))
+                    or (wl.get("spec") or {}).get("active") is False):
+                continue
+            lq = lqs.get((wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName")))
+            cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
+            pending.setdefault(cq_name if cq_name in cqs else None, []).append(wl)
+        return pending
+
+    def pending_workloads(self, cq_name: str) -> list[Obj]:
+        """The pending workloads of a ClusterQueue in admission order (the visibility API)."""
+        if not kq.installed(self.api):
+            return []
+        cqs = {c["metadata"]["name"]: c for c in list_readonly(self.api, kq.CLUSTER_QUEUES)}
+        lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q
+               for q in list_readonly(self.api, kq.LOCAL_QUEUES)}
+        queue = self._pending_by_cq(list_readonly(self.api, kq.WORKLOADS), lqs, cqs).get(cq_name, [])
+        for wl in queue:
+            self._seq.setdefault(wl["metadata"]["uid"], next(self._counter))
+        return sorted(queue, key=self._order)
 
     def _order(self, wl: Obj) -> tuple:
         return (-((wl.get("spec") or {}).get("priority") or 0),
@@ -274,7 +299,8 @@ class KueueController(Controller):
         return {"apiVersion": kq.API_VERSION, "kind": "Workload",
                 "metadata": {"name": workload_name(sts),
                              "namespace": sts["metadata"]["namespace"],
-                             "labels": {kq.QUEUE_LABEL: queue_name(sts)},
+                             "labels": {kq.QUEUE_LABEL: queue_name(sts),
+                                        kq.JOB_UID_LABEL: sts["metadata"]["uid"]},
                              "annotations": {HASH_ANNOTATION: h},
                              "ownerReferences": [controller_ref(sts, "apps/v1", "StatefulSet")]},
                 "spec": wspec}

@@ -9,6 +9,8 @@ from kubesim import kueue as kq
 from kubesim.controllers.kueue import workload_name
 from kubesim.testing import KubeSim
 
+from .conftest import Http, assert_status
+
 if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
     pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()} (set KUEUE_CRDS_DIR)",
                 allow_module_level=True)
@@ -246,6 +248,116 @@ def test_unqueued_and_unknown_queue(sim, queue, expect):
         sim.wait_for(lambda: running(sim, ns, "s"), message="s running once unqueued")
 
 
+# -- visibility on-demand API -------------------------------------------------------------
+VIS = f"/apis/{kq.VISIBILITY_GROUP}"
+
+
+def positions(summary):
+    return [(i["metadata"]["name"], i["positionInClusterQueue"], i["positionInLocalQueue"])
+            for i in summary["items"]]
+
+
+def test_visibility_discovery(sim):
+    http = Http(sim)
+    code, groups = http.get("/apis")
+    vis = next(g for g in groups["groups"] if g["name"] == kq.VISIBILITY_GROUP)
+    assert [v["version"] for v in vis["versions"]] == ["v1beta2", "v1beta1"]
+    assert vis["preferredVersion"]["version"] == "v1beta2"
+    code, group = http.get(VIS)
+    assert code == 200 and group["kind"] == "APIGroup"
+    for version in kq.VISIBILITY_VERSIONS:
+        code, res = http.get(f"{VIS}/{version}")
+        assert code == 200 and res["groupVersion"] == f"{kq.VISIBILITY_GROUP}/{version}"
+        by_name = {r["name"]: r for r in res["resources"]}
+        assert by_name["localqueues/pendingworkloads"]["namespaced"] is True
+        assert by_name["localqueues/pendingworkloads"]["verbs"] == ["get"]
+        assert by_name["clusterqueues/pendingworkloads"]["namespaced"] is False
+    # the official client's discovery (what kubernetes.core's DynamicClient uses) copes
+    from kubernetes.dynamic import DynamicClient
+
+    from .conftest import api_client
+
+    dyn = DynamicClient(api_client(sim))
+    lq = dyn.resources.get(api_version=f"{kq.VISIBILITY_GROUP}/v1beta2", kind="LocalQueue")
+    assert lq.namespaced and "pendingworkloads" in lq.subresources
+
+
+def test_visibility_pending_workloads_in_order(sim):
+    """Two admitted, three pending (one of them high priority and last to come, one in a
+    second LocalQueue of the same ClusterQueue): positions follow the admission order,
+    0-based, per ClusterQueue and per LocalQueue; offset and limit page the answer."""
+    http = Http(sim)
+    ns, cq, lq = setup_queue(sim, gpus=4, strategy="StrictFIFO")
+    create(sim, kq.LOCAL_QUEUES, {"apiVersion": kq.API_VERSION, "kind": "LocalQueue",
+                                  "metadata": {"name": "other", "namespace": ns},
+                                  "spec": {"clusterQueue": cq}})
+    i = next(_ids)
+    create(sim, kq.PRIORITY_CLASSES, {"apiVersion": kq.API_VERSION,
+                                      "kind": "WorkloadPriorityClass",
+                                      "metadata": {"name": f"urgent-{i}"}, "value": 500})
+    for n in ("a", "b"):
+        statefulset(sim, ns, n)
+        sim.wait_for(lambda: running(sim, ns, n), message=f"{n} running")
+    statefulset(sim, ns, "c")
+    sim.wait_for(lambda: pending(sim, ns, "c"), message="c pending")
+    statefulset(sim, ns, "d", queue="other")
+    sim.wait_for(lambda: pending(sim, ns, "d"), message="d pending")
+    statefulset(sim, ns, "e", priority_class=f"urgent-{i}")
+    sim.wait_for(lambda: pending(sim, ns, "e"), message="e pending")
+    wl = {n: workload(sim, ns, n)["metadata"]["name"] for n in "cde"}
+
+    code, summary = http.get(f"{VIS}/v1beta2/clusterqueues/{cq}/pendingworkloads")
+    assert code == 200, summary
+    assert summary["kind"] == "PendingWorkloadsSummary"
+    assert summary["apiVersion"] == f"{kq.VISIBILITY_GROUP}/v1beta2"
+    assert positions(summary) == [(wl["e"], 0, 0), (wl["c"], 1, 1), (wl["d"], 2, 0)]
+    first = summary["items"][0]
+    assert first["priority"] == 500 and first["localQueueName"] == lq
+    assert first["metadata"]["namespace"] == ns
+    assert first["metadata"]["ownerReferences"][0]["kind"] == "StatefulSet"
+    assert set(first["metadata"]["ownerReferences"][0]) == {"apiVersion", "kind", "name", "uid"}
+
+    code, mine = http.get(f"{VIS}/v1beta2/namespaces/{ns}/localqueues/{lq}/pendingworkloads")
+    assert code == 200 and positions(mine) == [(wl["e"], 0, 0), (wl["c"], 1, 1)]
+    code, other = http.get(f"{VIS}/v1beta1/namespaces/{ns}/localqueues/other/pendingworkloads")
+    assert code == 200 and other["apiVersion"] == f"{kq.VISIBILITY_GROUP}/v1beta1"
+    assert positions(other) == [(wl["d"], 2, 0)]
+    code, page = http.get(f"{VIS}/v1beta2/namespaces/{ns}/localqueues/{lq}/pendingworkloads"
+                          "?offset=1&limit=5")
+    assert positions(page) == [(wl["c"], 1, 1)]
+    code, page = http.get(f"{VIS}/v1beta2/clusterqueues/{cq}/pendingworkloads?limit=1")
+    assert positions(page) == [(wl["e"], 0, 0)]
+    # the kubesim annotation agrees (1-based)
+    assert workload(sim, ns, "c")["metadata"]["annotations"][kq.POSITION_ANNOTATION] == "2"
+
+    sim.call(sim.api.delete, "statefulsets.apps", ns, "a")
+    sim.wait_for(lambda: running(sim, ns, "e"), message="e admitted first")
+    code, summary = http.get(f"{VIS}/v1beta2/clusterqueues/{cq}/pendingworkloads")
+    assert positions(summary) == [(wl["c"], 0, 0), (wl["d"], 1, 0)]
+
+
+@pytest.mark.parametrize("path,code,reason,message", [
+    ("/v1beta2/namespaces/{ns}/localqueues/nope/pendingworkloads", 404, "NotFound",
+     'localqueue.visibility.kueue.x-k8s.io "nope" not found'),
+    ("/v1beta2/clusterqueues/nope/pendingworkloads", 404, "NotFound", '"nope" not found'),
+    ("/v1alpha1/clusterqueues/{cq}/pendingworkloads", 404, "NotFound", ""),
+    ("/v1beta2/clusterqueues/{cq}/pendingworkloads?limit=x", 400, "BadRequest", "limit"),
+    ("/v1beta2/clusterqueues/{cq}", 405, "MethodNotAllowed", ""),
+    ("/v1beta2/clusterqueues/{cq}/running", 404, "NotFound", ""),
+])
+def test_visibility_errors(sim, path, code, reason, message):
+    ns, cq, _ = setup_queue(sim)
+    got, body = Http(sim).get(VIS + path.format(ns=ns, cq=cq))
+    assert got == code
+    assert_status(body, code, reason, message)
+
+
+def test_visibility_is_read_only(sim):
+    _, cq, _ = setup_queue(sim)
+    code, body = Http(sim).post(f"{VIS}/v1beta2/clusterqueues/{cq}/pendingworkloads", {})
+    assert_status(body, 405, "MethodNotAllowed")
+
+
 def test_quota_math():
     from decimal import Decimal
 
@@ -276,6 +388,12 @@ def test_inert_without_kueue_crds():
         s.wait_for(lambda: running(s, "default", "q"), message="q running")
         assert not pods_of(s, "default", "q")[0]["spec"].get("schedulingGates")
         assert ctrl.queue.empty() and not ctrl._timers
+        # no Kueue, no visibility API either
+        http = Http(s)
+        _, groups = http.get("/apis")
+        assert kq.VISIBILITY_GROUP not in {g["name"] for g in groups["groups"]}
+        code, body = http.get(f"{VIS}/v1beta2/clusterqueues/x/pendingworkloads")
+        assert code == 404
 
 
 def test_cli_flag():
