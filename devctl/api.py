@@ -17,6 +17,10 @@ from .errors import ApiError, DevctlError, NotFound, one_line
 
 DEVSERVERS = "devservers"
 FLAVORS = "devserverflavors"
+DEVUSERS = "devusers"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+# The field manager of devctl's server-side applies.
+FIELD_MANAGER = "devctl"
 # (connect, read) seconds for every request; a CLI should not hang forever.
 REQUEST_TIMEOUT = (10, 60)
 
@@ -53,12 +57,17 @@ def _load_kubeconfig_files(kubeconfig: str | None) -> tuple[str | None, dict[str
     return current, contexts
 
 
-def kubeconfig_context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+def kubeconfig_context(kubeconfig: str | None, context: str | None) -> tuple[str | None, dict]:
+    """The selected context's name and entry (``cluster``, ``user``, ``namespace``)."""
     if kubeconfig and not os.path.exists(os.path.expanduser(kubeconfig)):
         raise DevctlError(f"kubeconfig {kubeconfig} does not exist")
     current, contexts = _load_kubeconfig_files(kubeconfig)
-    ctx = contexts.get(context or current or "")
-    ns = (ctx or {}).get("namespace")
+    name = context or current
+    return name, dict(contexts.get(name or "") or {})
+
+
+def kubeconfig_context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    ns = kubeconfig_context(kubeconfig, context)[1].get("namespace")
     return str(ns) if ns else None
 
 
@@ -129,6 +138,12 @@ class Api:
         from kubernetes import client
 
         return client.EventsV1Api(self.client)
+
+    @cached_property
+    def authentication(self):
+        from kubernetes import client
+
+        return client.AuthenticationV1Api(self.client)
 
     def to_dict(self, obj: Any) -> Any:
         return self.client.sanitize_for_serialization(obj)
@@ -269,3 +284,68 @@ class Api:
                             field_selector=f"regarding.name={object_name}",
                             kind="event", namespace=namespace)
         return list(self.to_dict(result).get("items") or [])
+
+    def get_namespace(self, name: str) -> dict:
+        return self.to_dict(self._call(self.core.read_namespace, name, kind="namespace", name=name))
+
+    def get_resourcequota(self, namespace: str, name: str) -> dict:
+        return self.to_dict(self._call(self.core.read_namespaced_resource_quota, name, namespace,
+                                       kind="resourcequota", name=name, namespace=namespace))
+
+    # DevUsers (cluster-scoped) ------------------------------------------------------------
+    def get_devuser(self, name: str) -> dict:
+        return self._call(self.custom.get_cluster_custom_object, GROUP, VERSION, DEVUSERS, name,
+                          kind="devuser", name=name, resource=f"{DEVUSERS}.{GROUP}")
+
+    def list_devusers(self) -> list[dict]:
+        result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, DEVUSERS,
+                            kind="devuser", resource=f"{DEVUSERS}.{GROUP}")
+        return list(result.get("items") or [])
+
+    def apply_devuser(self, body: dict, *, force: bool = False, dry_run: bool = False) -> dict:
+        """Server-side apply of ``body`` with field manager ``devctl`` (creates or updates)."""
+        name = body["metadata"]["name"]
+        # The generated client decodes only a 200 answer; an apply that creates answers 201.
+        kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": force,
+                                  "_content_type": "application/apply-patch+yaml",
+                                  "_preload_content": False}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        response = self._call(self.custom.patch_cluster_custom_object, GROUP, VERSION, DEVUSERS, name,
+                              body, kind="devuser", name=name, resource=f"{DEVUSERS}.{GROUP}", **kwargs)
+        return json.loads(response.data)
+
+    def patch_devuser(self, name: str, patch: dict) -> dict:
+        """JSON merge patch (``application/merge-patch+json``)."""
+        return self._call(self.custom.patch_cluster_custom_object, GROUP, VERSION, DEVUSERS, name,
+                          patch, kind="devuser", name=name, resource=f"{DEVUSERS}.{GROUP}")
+
+    def delete_devuser(self, name: str) -> dict:
+        return self._call(self.custom.delete_cluster_custom_object, GROUP, VERSION, DEVUSERS, name,
+                          kind="devuser", name=name, resource=f"{DEVUSERS}.{GROUP}")
+
+    # Kueue (kueue.x-k8s.io/v1beta2) ----------------------------------------------------------
+    def get_localqueue(self, namespace: str, name: str) -> dict:
+        return self._call(self.custom.get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                          namespace, "localqueues", name, kind="localqueue", name=name,
+                          namespace=namespace, resource=f"localqueues.{KUEUE_GROUP}")
+
+    def get_clusterqueue(self, name: str) -> dict:
+        return self._call(self.custom.get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                          "clusterqueues", name, kind="clusterqueue", name=name,
+                          resource=f"clusterqueues.{KUEUE_GROUP}")
+
+    # identity -----------------------------------------------------------------------------------
+    def self_subject_review(self) -> dict | None:
+        """``authentication.k8s.io/v1`` SelfSubjectReview's ``status.userInfo``; None when the
+        server does not serve it (404)."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        try:
+            review = self._call(self.authentication.create_self_subject_review, body,
+                                kind="selfsubjectreview",
+                                resource="selfsubjectreviews.authentication.k8s.io")
+        except ApiError as exc:
+            if exc.status in (404, 405):
+                return None
+            raise
+        return dict((self.to_dict(review).get("status") or {}).get("userInfo") or {})

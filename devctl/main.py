@@ -12,14 +12,18 @@ import sys
 import click
 
 from . import API_VERSION, __version__
+from .admin import admin
 from .config import Settings, config_group
 from .devserver import create, delete, get, list_
 from .errors import one_line
 from .flavor import flavors
 from .output import dump_json, output_option
 from .monitor import monitor
+from .queue import queue
+from .quota import quota
 from .run import run
 from .ssh import ssh
+from .whoami import whoami
 
 
 class DevctlGroup(click.Group):
@@ -91,7 +95,8 @@ def version(output: str) -> None:
         click.echo(f"devctl {__version__} ({API_VERSION}, python {info['python']})")
 
 
-for _command in (create, list_, get, delete, ssh, run, monitor, flavors, config_group):
+for _command in (create, list_, get, delete, ssh, run, monitor, flavors, queue, quota, whoami,
+                 config_group, admin):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from devctl_helpers import CRD_DIR, FLAVORS, GROUP, VERSION, Cluster, invoke, unique
+from devuser_helpers import Users
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +50,10 @@ def _crd_docs() -> list[dict]:
     return docs
 
 
-@pytest.fixture(scope="module")
-def sim():
+def _start_sim(**kwargs):
+    """A kubesim with the torchdev CRDs and the sample flavors (``kwargs`` go to KubeSim)."""
     testing = pytest.importorskip("kubesim.testing")
-    sim = testing.KubeSim().start()
+    sim = testing.KubeSim(**kwargs).start()
     try:
         from kubernetes import client, config
 
@@ -64,6 +65,33 @@ def sim():
         for flavor in FLAVORS:
             custom.create_cluster_custom_object(GROUP, VERSION, "devserverflavors", flavor)
         sim.k8s = api_client
+    except BaseException:
+        sim.stop()
+        raise
+    return sim
+
+
+@pytest.fixture(scope="module")
+def sim():
+    sim = _start_sim()
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="module")
+def kueue_sim():
+    """Like ``sim`` with Kueue's CRDs and kubesim's Kueue admission controller.
+    A test module uses it for ``ns``/``devctl``/``cluster`` by overriding ``sim``."""
+    try:
+        from kubesim.kueue import load_crds
+
+        load_crds()
+    except (ImportError, FileNotFoundError) as exc:
+        pytest.skip(f"Kueue CRDs not available: {exc}")
+    sim = _start_sim(kueue=True)
+    try:
         yield sim
     finally:
         sim.stop()
@@ -95,3 +123,13 @@ def devctl(sim, ns):
     return run
 
 
+@pytest.fixture
+def users(sim):
+    """DevUsers and the objects their role renders (devuser_helpers.Users); skips the test
+    when the DevUser CRD is not installed."""
+    users = Users(sim)
+    try:
+        users.custom.list_cluster_custom_object(GROUP, VERSION, "devusers")
+    except Exception as exc:  # noqa: BLE001 - kubernetes ApiException: no such resource
+        pytest.skip(f"DevUser CRD not installed: {exc}")
+    return users

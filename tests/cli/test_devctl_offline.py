@@ -13,7 +13,9 @@ import yaml
 from devctl_helpers import invoke
 
 SUBCOMMANDS = [[], ["create"], ["list"], ["get"], ["delete"], ["ssh"], ["flavors"],
-               ["config"], ["config", "view"], ["config", "set-namespace"], ["version"]]
+               ["config"], ["config", "view"], ["config", "set-namespace"], ["version"],
+               ["whoami"], ["quota"], ["queue"], ["admin"], ["admin", "onboard"],
+               ["admin", "offboard"], ["admin", "users"]]
 
 
 # -- help and lazy imports ------------------------------------------------------------------
@@ -44,7 +46,8 @@ def test_console_script_help():
         pytest.skip("devctl console script not installed")
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
-    for cmd in ("create", "list", "get", "delete", "ssh", "flavors", "config", "version"):
+    for cmd in ("create", "list", "get", "delete", "ssh", "flavors", "config", "version",
+                "whoami", "quota", "queue", "admin"):
         assert cmd in proc.stdout
 
 

@@ -1,0 +1,156 @@
+"""``devctl whoami``: who the cluster says I am, and which DevUser and namespace are mine."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import click
+
+from .config import EMAIL_RE, Settings, user_from_owner
+from .context import kube_options, pass_settings
+from .errors import ApiError, DevctlError, NotFound
+from .output import output_option, print_object, warn
+
+DEFAULT_QUEUE = "torchdev"
+
+
+def _email_like(text: str | None) -> bool:
+    return bool(text and EMAIL_RE.match(text))
+
+
+def identity(settings: Settings) -> dict[str, Any]:
+    """The authenticated user: SelfSubjectReview when served, else the kube context's user."""
+    from .api import kubeconfig_context  # lazy
+
+    api = settings.api
+    context_name, context = kubeconfig_context(settings.kubeconfig, settings.context)
+    try:
+        user_info = api.self_subject_review()
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        user_info = None
+    out: dict[str, Any] = {"context": context_name, "server": api.host}
+    if user_info and user_info.get("username"):
+        out.update(username=user_info["username"], groups=list(user_info.get("groups") or []),
+                   source="SelfSubjectReview")
+    else:
+        out.update(username=context.get("user"), groups=[], source="kubeconfig")
+    return out
+
+
+def find_devuser(api, *, name: str | None = None, emails: Iterable[str | None] = (),
+                 namespace: str | None = None) -> tuple[dict | None, str | None]:
+    """My DevUser and how it was found: by ``name`` (must exist), else by e-mail, by the
+    namespace (``dev-<user>`` or ``status.namespace``), or by the e-mail's local part.
+    Users who may not list DevUsers (cluster-scoped) fall back to reading them by name."""
+    if name:
+        return api.get_devuser(name), "name"
+    emails = {e.lower() for e in emails if _email_like(e)}
+    ns_user = namespace[4:] if namespace and namespace.startswith("dev-") else None
+    try:
+        items = api.list_devusers()
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+        items = None
+    if items is not None:
+        for obj in items:
+            if str((obj.get("spec") or {}).get("email", "")).lower() in emails:
+                return obj, "email"
+        for obj in items:
+            ns_of = (obj.get("status") or {}).get("namespace")
+            if (namespace and ns_of == namespace) or obj["metadata"]["name"] == ns_user:
+                return obj, "namespace"
+        return None, None
+    candidates = [(ns_user, "namespace")] + [(user_from_owner(e), "email") for e in sorted(emails)]
+    for candidate, how in candidates:
+        if not candidate:
+            continue
+        try:
+            return api.get_devuser(candidate), how
+        except NotFound:
+            continue
+        except ApiError as exc:
+            if exc.status in (403, 404):
+                continue
+            raise
+    return None, None
+
+
+def quota_summary(quota: dict) -> str:
+    text = (f"{quota.get('gpus', 0)} GPUs, {quota.get('cpu', '64')} CPU, "
+            f"{quota.get('memory', '256Gi')} memory per flavor")
+    overrides = quota.get("flavors") or []
+    if overrides:
+        text += "; " + ", ".join(f"{f['name']}: {f.get('gpus', quota.get('gpus', 0))} GPUs"
+                                 for f in overrides)
+    return (text + f"; storage {quota.get('storage', '2Ti')}, "
+            f"{quota.get('devServers', 10)} dev servers")
+
+
+def whoami_info(settings: Settings) -> dict[str, Any]:
+    api = settings.api
+    me = identity(settings)
+    owner = settings.owner()
+    try:
+        namespace = settings.namespace()
+    except DevctlError:
+        namespace = None
+    username = me.get("username")
+    obj, how = find_devuser(api, emails=[username, owner], namespace=namespace)
+    me["owner"] = owner
+    if obj is None:
+        me.update(devUser=None, email=owner if _email_like(owner) else None, namespace=namespace)
+        queue = None
+        if namespace:
+            try:
+                queue = api.get_localqueue(namespace, DEFAULT_QUEUE)["metadata"]["name"]
+            except ApiError:
+                queue = None
+        me.update(queue=queue, clusterQueue=None, kueue=None, quota=None, phase=None)
+        return me
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    me.update(devUser=obj["metadata"]["name"], foundBy=how, email=spec.get("email"),
+              displayName=spec.get("displayName"),
+              namespace=status.get("namespace") or f"dev-{obj['metadata']['name']}",
+              phase=status.get("phase") or "Pending", queue=status.get("queueName"),
+              clusterQueue=status.get("clusterQueue"), kueue=status.get("kueue"),
+              quota=spec.get("quota") or {})
+    if namespace and namespace != me["namespace"]:
+        me["currentNamespace"] = namespace
+    return me
+
+
+@click.command("whoami")
+@output_option()
+@kube_options()
+@pass_settings
+def whoami(settings: Settings, output: str) -> None:
+    """Show who you are to the cluster, and your DevUser, namespace, queue and quota."""
+    me = whoami_info(settings)
+    if me["devUser"] is None:
+        warn(f"no DevUser found for {me.get('username') or me.get('owner') or 'you'}; "
+             "ask a cluster admin to run 'devctl admin onboard'")
+    if output != "table":
+        print_object(me, output)
+        return
+    via = "SelfSubjectReview" if me["source"] == "SelfSubjectReview" else "kubeconfig context user"
+    lines = [("User", f"{me.get('username') or '<unknown>'} ({via})")]
+    if me.get("groups"):
+        lines.append(("Groups", ", ".join(me["groups"])))
+    lines += [("Context", f"{me.get('context') or '<none>'} ({me['server']})"),
+              ("DevUser", me["devUser"] or "<none>")]
+    if me["devUser"]:
+        lines += [("Email", me.get("email") or ""), ("Phase", me.get("phase") or "")]
+    lines.append(("Namespace", me.get("namespace") or "<unknown>"))
+    if me.get("currentNamespace"):
+        lines.append(("Current namespace", me["currentNamespace"]))
+    queue = me.get("queue")
+    if queue and me.get("clusterQueue"):
+        queue = f"{queue} (ClusterQueue {me['clusterQueue']})"
+    lines.append(("Queue", queue or ("none (no Kueue)" if me.get("kueue") is False else "<none>")))
+    if me.get("quota") is not None:
+        lines.append(("Quota", quota_summary(me["quota"])))
+    width = max(len(k) for k, _ in lines) + 2
+    for key, value in lines:
+        click.echo(f"{key + ':':<{width}}{value}")
