@@ -118,6 +118,7 @@ def quota_report(api, *, namespace: str, devuser: dict | None) -> dict[str, Any]
         limits, report["limitsFrom"] = devuser_quotas(devuser, flavors), "DevUser"
     else:
         limits = {}
+        warn(f"cannot read ClusterQueue {cq_name} nor your DevUser: the limits are unknown")
     lq_status = lq.get("status") or {}
     # v1beta2 flavorsUsage; v1beta1 called it flavorUsage
     entries = lq_status.get("flavorsUsage") or lq_status.get("flavorUsage")

@@ -11,6 +11,8 @@ from .errors import ApiError, DevctlError, NotFound
 from .output import output_option, print_object, warn
 
 DEFAULT_QUEUE = "torchdev"
+# the label the DevUser role puts on the namespace dev-<user>
+USER_LABEL = "torchdev.io/user"
 
 
 def _email_like(text: str | None) -> bool:
@@ -42,17 +44,19 @@ def find_devuser(api, *, name: str | None = None, emails: Iterable[str | None] =
                  namespace: str | None = None) -> tuple[dict | None, str | None]:
     """My DevUser and how it was found: by ``name`` (must exist), else by e-mail, by the
     namespace (``dev-<user>`` or ``status.namespace``), or by the e-mail's local part.
-    Users who may not list DevUsers (cluster-scoped) fall back to reading them by name."""
+    Users who may not list DevUsers (cluster-scoped) fall back to reading them by name;
+    ``(None, "forbidden")`` when they may not read them either."""
     if name:
         return api.get_devuser(name), "name"
     emails = {e.lower() for e in emails if _email_like(e)}
     ns_user = namespace[4:] if namespace and namespace.startswith("dev-") else None
+    forbidden = False
     try:
         items = api.list_devusers()
     except ApiError as exc:
         if exc.status not in (403, 404):
             raise
-        items = None
+        items, forbidden = None, exc.status == 403
     if items is not None:
         for obj in items:
             if str((obj.get("spec") or {}).get("email", "")).lower() in emails:
@@ -69,12 +73,32 @@ def find_devuser(api, *, name: str | None = None, emails: Iterable[str | None] =
         try:
             return api.get_devuser(candidate), how
         except NotFound:
-            continue
+            forbidden = False
         except ApiError as exc:
-            if exc.status in (403, 404):
-                continue
-            raise
-    return None, None
+            if exc.status not in (403, 404):
+                raise
+    return None, "forbidden" if forbidden else None
+
+
+def from_namespace(api, namespace: str) -> dict[str, Any]:
+    """What a user who may not read DevUsers learns from their namespace: the DevUser named by
+    its ``torchdev.io/user`` label, and the LocalQueue and its ClusterQueue."""
+    out: dict[str, Any] = {"devUser": None, "queue": None, "clusterQueue": None, "kueue": None}
+    try:
+        labels = (api.get_namespace(namespace).get("metadata") or {}).get("labels") or {}
+    except ApiError:
+        labels = {}
+    if labels.get(USER_LABEL):
+        out.update(devUser=labels[USER_LABEL], foundBy="namespace label")
+    try:
+        lq = api.get_localqueue(namespace, DEFAULT_QUEUE)
+    except ApiError as exc:
+        if exc.status == 404 and "no resource" in exc.format_message():
+            out["kueue"] = False
+        return out
+    out.update(queue=lq["metadata"]["name"], clusterQueue=(lq.get("spec") or {}).get("clusterQueue"),
+               kueue=True)
+    return out
 
 
 def quota_summary(quota: dict) -> str:
@@ -100,14 +124,15 @@ def whoami_info(settings: Settings) -> dict[str, Any]:
     obj, how = find_devuser(api, emails=[username, owner], namespace=namespace)
     me["owner"] = owner
     if obj is None:
-        me.update(devUser=None, email=owner if _email_like(owner) else None, namespace=namespace)
-        queue = None
-        if namespace:
-            try:
-                queue = api.get_localqueue(namespace, DEFAULT_QUEUE)["metadata"]["name"]
-            except ApiError:
-                queue = None
-        me.update(queue=queue, clusterQueue=None, kueue=None, quota=None, phase=None)
+        readable = how != "forbidden"
+        me.update(email=next((e for e in (username, owner) if _email_like(e)), None),
+                  namespace=namespace, devUserReadable=readable, phase=None, quota=None)
+        found = from_namespace(api, namespace) if namespace else {
+            "devUser": None, "queue": None, "clusterQueue": None, "kueue": None}
+        if readable:  # the label of a namespace whose DevUser is gone (offboarded) is no DevUser
+            found.update(devUser=None)
+            found.pop("foundBy", None)
+        me.update(found)
         return me
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     me.update(devUser=obj["metadata"]["name"], foundBy=how, email=spec.get("email"),
@@ -129,8 +154,12 @@ def whoami(settings: Settings, output: str) -> None:
     """Show who you are to the cluster, and your DevUser, namespace, queue and quota."""
     me = whoami_info(settings)
     if me["devUser"] is None:
-        warn(f"no DevUser found for {me.get('username') or me.get('owner') or 'you'}; "
-             "ask a cluster admin to run 'devctl admin onboard'")
+        who = me.get("username") or me.get("owner") or "you"
+        if me.get("devUserReadable") is False:
+            warn(f"you may not read DevUsers and namespace {me.get('namespace')} is not a torchdev "
+                 f"user namespace; pass -n dev-<user>, or ask a cluster admin")
+        else:
+            warn(f"no DevUser found for {who}; ask a cluster admin to run 'devctl admin onboard'")
     if output != "table":
         print_object(me, output)
         return

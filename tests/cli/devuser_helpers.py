@@ -5,10 +5,24 @@ would, through the API, so devctl reads them like it would in a cluster.
 """
 from __future__ import annotations
 
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import yaml
+
 from devctl_helpers import GROUP, VERSION
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyForTests0123456789abcdef {}"
+SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+# (method, path regex) for ApiProxy(forbidden=...)
+LIST_DEVUSERS = ("GET", "/apis/torchdev.io/v1alpha1/devusers")
+GET_DEVUSER = ("GET", "/apis/torchdev.io/v1alpha1/devusers/.+")
+GET_CLUSTERQUEUE = ("GET", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/.+")
 READY = [{"type": "Ready", "status": "True", "reason": "UserReady", "message": "user is ready",
           "lastTransitionTime": "2026-01-01T00:00:00Z"},
          {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": "",
@@ -60,8 +74,9 @@ class Users:
         return self.set_status(name, **status)
 
     # namespace objects -----------------------------------------------------------------------
-    def namespace(self, name: str) -> None:
-        self.core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    def namespace(self, name: str, labels: dict | None = None) -> None:
+        self.core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": name, "labels": labels or {}}})
 
     def resource_quota(self, namespace: str, hard: dict, used: dict) -> None:
         """ResourceQuota ``torchdev-quota`` with a status like the quota controller's."""
@@ -114,3 +129,70 @@ class Users:
                                   "spec": {"containers": [{
                                       "name": "dev", "image": "pytorch",
                                       "resources": {"requests": requests, "limits": requests}}]}}}})
+
+
+class ApiProxy:
+    """An HTTP proxy in front of kubesim that answers SelfSubjectReviews with ``user_info``
+    (kubesim does not serve them) and 403s what ``forbidden`` names, like the RBAC of a plain
+    user; it forwards everything else."""
+
+    def __init__(self, upstream: str, user_info: dict, forbidden: set[tuple[str, str]]):
+        """``forbidden``: (method, path regex) pairs answered 403."""
+        proxy = self
+        self.reviews: list[dict] = []
+        self.forbidden_hits = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, body: bytes, ctype="application/json"):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                path = self.path.split("?")[0]
+                if self.command == "POST" and path == SSR_PATH:
+                    review = json.loads(body)
+                    proxy.reviews.append(review)
+                    review["status"] = {"userInfo": user_info}
+                    return self._send(201, json.dumps(review).encode())
+                if any(self.command == verb and re.fullmatch(pattern, path) for verb, pattern in forbidden):
+                    proxy.forbidden_hits += 1
+                    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+                              "reason": "Forbidden", "message": f'cannot {self.command} "{path}"'}
+                    return self._send(403, json.dumps(status).encode())
+                req = urllib.request.Request(upstream + self.path, data=body, method=self.command,
+                                             headers={k: v for k, v in self.headers.items()
+                                                      if k.lower() not in ("host", "content-length")})
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as resp:
+                        code, data, ctype = resp.status, resp.read(), resp.headers.get("Content-Type")
+                except urllib.error.HTTPError as exc:
+                    code, data, ctype = exc.code, exc.read(), exc.headers.get("Content-Type")
+                self._send(code, data, ctype or "application/json")
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def kubeconfig(self, sim, path) -> str:
+        with open(sim.kubeconfig) as fh:
+            cfg = yaml.safe_load(fh)
+        cfg["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{self.server.server_port}"
+        path.write_text(yaml.safe_dump(cfg))
+        return str(path)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

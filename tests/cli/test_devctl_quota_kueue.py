@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from devctl_helpers import FLAVORS, as_json
+from devctl_helpers import FLAVORS, as_json, invoke
+from devuser_helpers import GET_CLUSTERQUEUE, GET_DEVUSER, LIST_DEVUSERS, ApiProxy
 
 GPU = "nvidia.com/gpu"
 HARD = {"requests.storage": "2Ti", "persistentvolumeclaims": "32", "count/devservers.torchdev.io": "10"}
@@ -45,11 +46,16 @@ def user(users, ns, resource_flavors):
     return name
 
 
-def test_quota_limits_from_the_cluster_queue_usage_from_the_local_queue(devctl, users, user, ns, sim):
+def _admitted(users, ns, sim):
+    """A 1-GPU server admitted by kubesim's Kueue controller, counted in the LocalQueue."""
     users.queued_statefulset(ns, "box", gpus=1, cpu="7", memory="28Gi")
     sim.wait_for(lambda: any(r.get("total") == "1" for f in users.local_queue_status(ns).get("flavorsUsage", [])
                              for r in f["resources"] if r["name"] == GPU),
                  timeout=20, message="the LocalQueue to count the admitted workload")
+
+
+def test_quota_limits_from_the_cluster_queue_usage_from_the_local_queue(devctl, users, user, ns, sim):
+    _admitted(users, ns, sim)
     report = as_json(devctl("quota", "-o", "json"))
     assert report["kueue"] is True and report["user"] == user
     assert report["localQueue"] == "torchdev" and report["clusterQueue"] == f"torchdev-{user}"
@@ -95,3 +101,22 @@ def test_quota_devuser_without_kueue_reads_the_resource_quota(devctl, users, ns)
     report = as_json(devctl("quota", "-o", "json"))
     assert report["kueue"] is False and report["limitsFrom"] == "ResourceQuota"
     assert report["flavors"][0]["flavor"] == "*" and report["flavors"][0]["gpus"] == {"used": "0", "limit": "2"}
+
+
+def test_quota_of_a_plain_user_shows_usage_and_says_limits_are_unknown(users, user, ns, sim, tmp_path):
+    """config/rbac devserver-user: the LocalQueue and ResourceQuota, not the cluster-scoped
+    DevUser and ClusterQueue."""
+    _admitted(users, ns, sim)
+    forbidden = {LIST_DEVUSERS, GET_DEVUSER, GET_CLUSTERQUEUE}
+    with ApiProxy(sim.url, {"username": f"{user}@example.com"}, forbidden) as proxy:
+        kubeconfig = proxy.kubeconfig(sim, tmp_path / "kc")
+        result = invoke(["--kubeconfig", kubeconfig, "-n", ns, "quota", "-o", "json"])
+        table = invoke(["--kubeconfig", kubeconfig, "-n", ns, "quota"])
+    report = as_json(result)
+    assert proxy.forbidden_hits >= 2
+    assert report["limitsFrom"] is None and report["usageFrom"] == "LocalQueue"
+    assert {"flavor": "gpu-a10g-1", "gpus": {"used": "1", "limit": None}, "cpu": {"used": "7", "limit": None},
+            "memory": {"used": "28Gi", "limit": None}} in report["flavors"]
+    assert report["namespaceQuota"]["storage"] == {"used": "100Gi", "limit": "2Ti"}
+    assert "limits are unknown" in result.stderr
+    assert ["gpu-a10g-1", "1/-", "7/-", "28Gi/-"] in [line.split() for line in table.stdout.splitlines()]

@@ -7,18 +7,8 @@ requests a non-admin could not make; everything else reaches kubesim.
 """
 from __future__ import annotations
 
-import json
-import threading
-import urllib.error
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import yaml
-
 from devctl_helpers import as_json, invoke, unique
-
-SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-DEVUSERS_PATH = "/apis/torchdev.io/v1alpha1/devusers"
+from devuser_helpers import GET_DEVUSER, LIST_DEVUSERS, ApiProxy
 
 
 def _devuser(users, name, *, kueue=True, **spec):
@@ -73,70 +63,10 @@ def test_whoami_without_devuser_warns_and_exits_0(sim, users):
 
 # -- through a proxy: SelfSubjectReview, and a user who may not list DevUsers ---------------------
 
-class _Proxy:
-    def __init__(self, upstream: str, user_info: dict, forbidden: set[tuple[str, str]]):
-        proxy = self
-        self.reviews: list[dict] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, code, body: bytes, ctype="application/json"):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _handle(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                path = self.path.split("?")[0]
-                if self.command == "POST" and path == SSR_PATH:
-                    review = json.loads(body)
-                    proxy.reviews.append(review)
-                    review["status"] = {"userInfo": user_info}
-                    return self._send(201, json.dumps(review).encode())
-                if (self.command, path) in forbidden:
-                    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
-                              "reason": "Forbidden", "message": f'cannot {self.command} "{path}"'}
-                    return self._send(403, json.dumps(status).encode())
-                req = urllib.request.Request(upstream + self.path, data=body, method=self.command,
-                                             headers={k: v for k, v in self.headers.items()
-                                                      if k.lower() not in ("host", "content-length")})
-                try:
-                    with urllib.request.urlopen(req, timeout=30) as resp:
-                        code, data, ctype = resp.status, resp.read(), resp.headers.get("Content-Type")
-                except urllib.error.HTTPError as exc:
-                    code, data, ctype = exc.code, exc.read(), exc.headers.get("Content-Type")
-                self._send(code, data, ctype or "application/json")
-
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def kubeconfig(self, sim, path) -> str:
-        with open(sim.kubeconfig) as fh:
-            cfg = yaml.safe_load(fh)
-        cfg["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{self.server.server_port}"
-        path.write_text(yaml.safe_dump(cfg))
-        return str(path)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_whoami_uses_self_subject_review_and_finds_devuser_by_its_email(sim, users, tmp_path):
     name = _devuser(users, unique("dave"))
     user_info = {"username": f"{name}@example.com", "groups": ["system:authenticated", "ml-team"]}
-    with _Proxy(sim.url, user_info, set()) as proxy:
+    with ApiProxy(sim.url, user_info, set()) as proxy:
         me = as_json(_whoami(sim, "-o", "json", kubeconfig=proxy.kubeconfig(sim, tmp_path / "kc")))
     assert proxy.reviews and proxy.reviews[0]["kind"] == "SelfSubjectReview"
     assert me["source"] == "SelfSubjectReview"
@@ -146,9 +76,35 @@ def test_whoami_uses_self_subject_review_and_finds_devuser_by_its_email(sim, use
 
 
 def test_whoami_when_devusers_may_not_be_listed(sim, users, tmp_path):
-    """A plain user: no list on the cluster-scoped DevUsers; devctl reads its own by name."""
+    """No list on the cluster-scoped DevUsers: devctl reads its own by name."""
     name = _devuser(users, unique("erin"))
     user_info = {"username": f"{name}@example.com", "groups": ["system:authenticated"]}
-    with _Proxy(sim.url, user_info, {("GET", DEVUSERS_PATH)}) as proxy:
+    with ApiProxy(sim.url, user_info, {LIST_DEVUSERS}) as proxy:
         me = as_json(_whoami(sim, "-o", "json", kubeconfig=proxy.kubeconfig(sim, tmp_path / "kc")))
-    assert me["devUser"] == name and me["namespace"] == f"dev-{name}"
+    assert proxy.forbidden_hits == 1
+    assert me["devUser"] == name and me["namespace"] == f"dev-{name}" and me["foundBy"] == "email"
+
+
+def test_whoami_when_devusers_may_not_be_read_uses_the_namespace(sim, users, tmp_path):
+    """A plain user (config/rbac devserver-user): no DevUser reads at all; the namespace's
+    torchdev.io/user label and the LocalQueue tell who and which queue."""
+    name = _devuser(users, unique("fay"))
+    users.namespace(f"dev-{name}", labels={"torchdev.io/user": name})
+    user_info = {"username": f"{name}@example.com", "groups": ["system:authenticated"]}
+    with ApiProxy(sim.url, user_info, {LIST_DEVUSERS, GET_DEVUSER}) as proxy:
+        result = _whoami(sim, "-n", f"dev-{name}", "-o", "json",
+                         kubeconfig=proxy.kubeconfig(sim, tmp_path / "kc"))
+    me = as_json(result)
+    assert proxy.forbidden_hits >= 2  # the list and the reads by name
+    assert me["devUser"] == name and me["foundBy"] == "namespace label"
+    assert me["devUserReadable"] is False and me["email"] == f"{name}@example.com"
+    assert me["kueue"] is False and me["queue"] is None  # kubesim without Kueue
+    assert "warning" not in result.stderr
+
+
+def test_whoami_forbidden_and_not_a_user_namespace_says_so(sim, users, tmp_path):
+    with ApiProxy(sim.url, {"username": "x@example.com"}, {LIST_DEVUSERS, GET_DEVUSER}) as proxy:
+        result = _whoami(sim, "-n", "default", "-o", "json", kubeconfig=proxy.kubeconfig(sim, tmp_path / "kc"))
+    me = as_json(result)
+    assert me["devUser"] is None and me["devUserReadable"] is False
+    assert "may not read DevUsers" in result.stderr
