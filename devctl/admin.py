@@ -189,7 +189,7 @@ def next_steps(obj: dict) -> list[str]:
         f"queue:     {queue}",
         f"ssh:       {ssh}",
         f"next:      devctl config set-namespace {namespace} && "
-        f"devctl create {name}-dev --flavor FLAVOR --wait && devctl ssh {name}-dev",
+        "devctl create my-dev --flavor FLAVOR --wait && devctl ssh my-dev",
     ]
 
 

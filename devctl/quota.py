@@ -47,16 +47,18 @@ def nominal_quotas(cq: dict) -> dict[str, dict[str, str]]:
 
 
 def devuser_quotas(devuser: dict, flavors: list[dict]) -> dict[str, dict[str, str]]:
-    """The per-flavor limits a DevUser's ``spec.quota`` asks for (what the role renders)."""
+    """The per-flavor limits a DevUser's ``spec.quota`` asks for, as the DevUser role renders
+    them into its ClusterQueue (plugins/filter/devuser.py ``resource_groups``): an override,
+    else the defaults, ``gpus`` only for flavors with GPUs."""
     quota = (devuser.get("spec") or {}).get("quota") or {}
     overrides = {f["name"]: f for f in quota.get("flavors") or []}
     out: dict[str, dict[str, str]] = {}
-    names = [f["metadata"]["name"] for f in flavors] or list(overrides)
+    names = sorted(f["metadata"]["name"] for f in flavors) or list(overrides)
     gpu_flavors = {f["metadata"]["name"] for f in flavors
                    if int(((f.get("spec") or {}).get("gpu") or {}).get("count") or 0) > 0}
     for name in names:
         o = overrides.get(name, {})
-        gpus = o.get("gpus", quota.get("gpus", 0) if name in gpu_flavors or name in overrides else 0)
+        gpus = o.get("gpus", quota.get("gpus", 0) if name in gpu_flavors else 0)
         out[name] = {GPU: str(gpus), "cpu": str(o.get("cpu", quota.get("cpu", "64"))),
                      "memory": str(o.get("memory", quota.get("memory", "256Gi")))}
     return out
