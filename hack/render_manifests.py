@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Render every manifest torchdev ships or creates: input of `make checkov` and tests/security.
+
+    render_manifests.py OUTDIR
+
+writes
+  OUTDIR/roles/<role>/<case>.yaml   what a role renders (its tasks/render.yml, after normalize.yml
+                                    when it has one) for a matrix of sample custom resources; all
+                                    roles and cases in ONE ansible-playbook run
+  OUTDIR/config/<dir>.yaml          `kubectl kustomize config/<dir>`: default (CRDs, RBAC, the
+                                    operator Deployment), samples, and every other kustomization
+                                    that config/default does not include
+
+Every role with a tasks/render.yml needs a case builder in CASE_BUILDERS: a new role without
+one is an error, so nothing it renders escapes the security checks.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = ROOT / "roles"
+CONFIG = ROOT / "config"
+SAMPLES = CONFIG / "samples"
+BIN = Path(sys.executable).parent
+
+
+def _module(path: Path):
+    spec = importlib.util.spec_from_file_location("_torchdev_" + path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, str]:
+    meta = {"name": obj["metadata"]["name"]}
+    if obj["metadata"].get("namespace"):
+        meta["namespace"] = obj["metadata"]["namespace"]
+    return meta
+
+
+def devserver_cases() -> dict[str, dict[str, Any]]:
+    """The matrix tests/test_render.py validates: every sample DevServer x every sample
+    flavor, plus suspended, no-SSH, env/shared/Secret keys and a growing home."""
+    cases = {}
+    for key, case in _module(ROOT / "tests" / "test_render.py").CASES.items():
+        cr = case["cr"]
+        cases[key] = {
+            "ansible_operator_meta": _meta(cr),
+            "_torchdev_io_devserver": cr,
+            "_torchdev_io_devserver_spec": cr["spec"],
+            "devserver_flavor": case["flavor"],
+            "devserver_observed": case.get("observed", []),
+            "devserver_observed_pvcs": case.get("pvcs", []),
+        }
+    return cases
+
+
+CASE_BUILDERS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
+    "devserver": devserver_cases,
+}
+
+
+def rendering_roles() -> list[str]:
+    """The roles that render objects (have tasks/render.yml)."""
+    return sorted(p.parent.parent.name for p in ROLES.glob("*/tasks/render.yml"))
+
+
+def role_cases() -> dict[str, dict[str, dict[str, Any]]]:
+    missing = [role for role in rendering_roles() if role not in CASE_BUILDERS]
+    if missing:
+        raise RuntimeError("no render cases for role(s) %s: add a builder to hack/render_manifests.py CASE_BUILDERS"
+                           % ", ".join(missing))
+    return {role: CASE_BUILDERS[role]() for role in rendering_roles()}
+
+
+def render_roles(workdir: Path, cases: dict[str, dict[str, dict[str, Any]]] | None = None) -> dict[str, dict[str, list]]:
+    """{role: {case: [objects]}}: each role's normalize.yml (if any) and render.yml, one host per case."""
+    cases = role_cases() if cases is None else cases
+    hosts = {}
+    for role, role_hosts in cases.items():
+        tasks = [t for t in ("normalize.yml", "render.yml") if (ROLES / role / "tasks" / t).exists()]
+        for case, hostvars in role_hosts.items():
+            hosts["%s__%s" % (role, case)] = dict(
+                hostvars, ansible_connection="local", ansible_python_interpreter=sys.executable,
+                torchdev_render_role=role, torchdev_render_tasks=tasks)
+    (workdir / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
+    (workdir / "render.yml").write_text(yaml.safe_dump([{
+        "name": "Render the objects of every role",
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Run the role's pure tasks",
+             "ansible.builtin.include_role": {"name": "{{ torchdev_render_role }}", "tasks_from": "{{ item }}"},
+             "loop": "{{ torchdev_render_tasks }}"},
+            {"name": "Dump the rendered objects",
+             "ansible.builtin.copy": {
+                 "content": "{{ lookup('ansible.builtin.vars', torchdev_render_role ~ '_objects') | to_json }}",
+                 "dest": str(workdir) + "/{{ inventory_hostname }}.json", "mode": "0644"}},
+        ],
+    }]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS="16",
+               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(workdir / "inventory.json"), str(workdir / "render.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError("rendering the roles failed:\n" + proc.stdout[-6000:] + proc.stderr[-3000:])
+    return {role: {case: json.loads((workdir / ("%s__%s.json" % (role, case))).read_text()) for case in role_hosts}
+            for role, role_hosts in cases.items()}
+
+
+def kustomizations() -> list[str]:
+    """config/default, config/samples and every config/<dir> config/default does not include."""
+    included = {(CONFIG / "default" / r).resolve().name
+                for r in yaml.safe_load((CONFIG / "default" / "kustomization.yaml").read_text()).get("resources", [])}
+    return sorted(p.parent.name for p in CONFIG.glob("*/kustomization.yaml") if p.parent.name not in included)
+
+
+def kustomize(directory: str) -> list[dict[str, Any]]:
+    out = subprocess.run([str(BIN / "kubectl"), "kustomize", str(CONFIG / directory)],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def write(outdir: Path) -> list[Path]:
+    written = []
+    with tempfile.TemporaryDirectory(prefix="torchdev-render-") as tmp:
+        rendered = render_roles(Path(tmp))
+    for role, by_case in rendered.items():
+        for case, objects in by_case.items():
+            written.append(_dump(outdir / "roles" / role / ("%s.yaml" % case), objects))
+    for directory in kustomizations():
+        written.append(_dump(outdir / "config" / ("%s.yaml" % directory), kustomize(directory)))
+    return written
+
+
+def _dump(path: Path, objects: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return path
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    written = write(Path(argv[0]))
+    print("rendered %d manifest files into %s" % (len(written), argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,37 @@
+"""Fixtures of the security tests: every role rendered once over its sample matrix
+(hack/render_manifests.py, the same renderer `make checkov` uses) and `kubectl kustomize`
+of config/."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+
+
+def _render_module():
+    spec = importlib.util.spec_from_file_location("render_manifests", ROOT / "hack" / "render_manifests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def render_manifests():
+    return _render_module()
+
+
+@pytest.fixture(scope="session")
+def rendered(render_manifests, tmp_path_factory):
+    """{role: {case: [objects]}} for every role that renders objects."""
+    return render_manifests.render_roles(tmp_path_factory.mktemp("security-render"))
+
+
+@pytest.fixture(scope="session")
+def deployed(render_manifests):
+    """What `make deploy` applies: kubectl kustomize config/default."""
+    return render_manifests.kustomize("default")
