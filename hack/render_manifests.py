@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render every manifest torchdev ships or creates: input of `make checkov` and tests/security.
 
-    render_manifests.py OUTDIR
+    render_manifests.py [--image IMG] OUTDIR
 
 writes
   OUTDIR/roles/<role>/<case>.yaml   what a role renders (its tasks/render.yml, after normalize.yml
@@ -9,13 +9,15 @@ writes
                                     roles and cases in ONE ansible-playbook run
   OUTDIR/config/<dir>.yaml          `kubectl kustomize config/<dir>`: default (CRDs, RBAC, the
                                     operator Deployment), samples, and every other kustomization
-                                    that config/default does not include
+                                    that config/default does not include; --image replaces
+                                    the placeholder controller:latest as `make deploy` does
 
 Every role with a tasks/render.yml needs a case builder in CASE_BUILDERS: a new role without
 one is an error, so nothing it renders escapes the security checks.
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -131,7 +133,7 @@ def kustomize(directory: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
-def write(outdir: Path) -> list[Path]:
+def write(outdir: Path, image: str | None = None) -> list[Path]:
     written = []
     with tempfile.TemporaryDirectory(prefix="torchdev-render-") as tmp:
         rendered = render_roles(Path(tmp))
@@ -139,7 +141,12 @@ def write(outdir: Path) -> list[Path]:
         for case, objects in by_case.items():
             written.append(_dump(outdir / "roles" / role / ("%s.yaml" % case), objects))
     for directory in kustomizations():
-        written.append(_dump(outdir / "config" / ("%s.yaml" % directory), kustomize(directory)))
+        objects = kustomize(directory)
+        for obj in objects if image else []:
+            for container in ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers", []):
+                if container.get("image") == "controller:latest":
+                    container["image"] = image
+        written.append(_dump(outdir / "config" / ("%s.yaml" % directory), objects))
     return written
 
 
@@ -150,11 +157,12 @@ def _dump(path: Path, objects: list[dict[str, Any]]) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
-    written = write(Path(argv[0]))
-    print("rendered %d manifest files into %s" % (len(written), argv[0]))
+    parser = argparse.ArgumentParser(description="Render every manifest torchdev ships or creates.")
+    parser.add_argument("--image", help="operator image in place of controller:latest (as `make deploy` IMG=...)")
+    parser.add_argument("outdir", type=Path)
+    args = parser.parse_args(argv)
+    written = write(args.outdir, args.image)
+    print("rendered %d manifest files into %s" % (len(written), args.outdir))
     return 0
 
 
