@@ -44,10 +44,8 @@ def _module(path: Path):
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, str]:
-    meta = {"name": obj["metadata"]["name"]}
-    if obj["metadata"].get("namespace"):
-        meta["namespace"] = obj["metadata"]["namespace"]
-    return meta
+    """ansible_operator_meta: namespace "" for a cluster-scoped object, as ansible-operator passes it."""
+    return {"name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace", "")}
 
 
 def devserver_cases() -> dict[str, dict[str, Any]]:
@@ -67,8 +65,26 @@ def devserver_cases() -> dict[str, dict[str, Any]]:
     return cases
 
 
+def devuser_cases() -> dict[str, dict[str, Any]]:
+    """The matrix tests/devuser/test_render.py validates: the sample DevUsers (jane: namespace
+    dev-jane, where the DevServer matrix lives) and edge cases, with and without Kueue."""
+    sys.path.insert(0, str(ROOT / "tests" / "devuser"))
+    cases = {}
+    for key, case in _module(ROOT / "tests" / "devuser" / "test_render.py").CASES.items():
+        cr = case["cr"]
+        cases[key] = dict({
+            "ansible_operator_meta": _meta(cr),
+            "_torchdev_io_devuser": cr,
+            "_torchdev_io_devuser_spec": cr["spec"],
+            "devuser_kueue": case["kueue"],
+            "devuser_flavors": case["flavors"],
+        }, **case.get("vars", {}))
+    return cases
+
+
 CASE_BUILDERS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
     "devserver": devserver_cases,
+    "devuser": devuser_cases,
 }
 
 

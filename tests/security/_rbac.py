@@ -154,6 +154,7 @@ class Source:
     origin: str  # "template" (rendered: may not exist yet) or "observed" (read from the API)
     group: str
     resource: str
+    kind: str = ""
 
 
 @dataclass
@@ -212,7 +213,7 @@ class _Role:
             if path.exists():
                 self.defaults.update(yaml.safe_load(path.read_text()) or {})
         self.facts: dict[str, list[Any]] = {k: [v] for k, v in self.defaults.items()}
-        self.registered: dict[str, tuple[str, Any]] = {}
+        self.registered: dict[str, list[tuple[str, Any]]] = {}
         for task, _ in self.tasks:
             module, args = _action(task)
             for k, v in (task.get("vars") or {}).items():
@@ -221,7 +222,7 @@ class _Role:
                 for k, v in args.items():
                     self.facts.setdefault(k, []).append(v)
             if task.get("register"):
-                self.registered[task["register"]] = (module, args)
+                self.registered.setdefault(task["register"], []).append((module, args))
 
     # -- constants (api versions, plurals) ------------------------------------------------
     def const(self, value: Any) -> Any:
@@ -250,6 +251,10 @@ class _Role:
             if node.name in ("default", "d"):  # the fallback value flows through too
                 for arg in node.args:
                     out |= self._node(arg, seen)
+            if node.name in FILTER_OUTPUT_KINDS:
+                out = {src for src in out if src.kind in FILTER_OUTPUT_KINDS[node.name]}
+            if node.name in ("selectattr", "rejectattr"):
+                out = _select_kind(node, out)
             return out  # other filters select or reshape their input; their arguments do not flow
         if isinstance(node, nodes.Call):
             fn = node.node
@@ -268,11 +273,14 @@ class _Role:
                     path.insert(0, base.arg.value)
                 base = base.node
             if isinstance(base, nodes.Name) and base.name in self.registered:
-                return self._result(base.name, path)
+                regs = self.registered[base.name]
+                # a query key no registration of the name has (e.g. .objects.values()): all of it
+                return (set().union(*(self._result(m, a, path) for m, a in regs))
+                        or set().union(*(self._result(m, a, []) for m, a in regs)))
             return self._node(base, seen)
         if isinstance(node, nodes.Name):
             if node.name in self.registered:
-                return self._result(node.name, [])
+                return set().union(*(self._result(m, a, []) for m, a in self.registered[node.name]))
             if node.name in seen:
                 return set()
             return set().union(set(), *(self.sources(v, seen | {node.name}) for v in self.facts.get(node.name, [])))
@@ -280,7 +288,7 @@ class _Role:
 
     def _source(self, origin: str, api_version: str, kind: str) -> Source:
         group, plural = resource_of(self.reg, api_version, kind)
-        return Source(origin, group, plural)
+        return Source(origin, group, plural, kind)
 
     def _template(self, name: str) -> set[Source]:
         """The kinds a template renders: its top-level apiVersion/kind lines (one per document)."""
@@ -298,23 +306,28 @@ class _Role:
             raise ValueError("template %s/%s: no top-level apiVersion/kind" % (self.name, name))
         return out
 
-    def _result(self, var: str, path: list[Any]) -> set[Source]:
+    def _result(self, module: str, args: Any, path: list[Any]) -> set[Source]:
         """What a registered module result holds (path: the attributes read from it)."""
-        module, args = self.registered[var]
         if module == "torchdev_observe":
             queries = args.get("queries") or {}
-            keys = [path[1]] if len(path) > 1 and path[0] == "objects" and path[1] in queries else list(queries)
-            return {Source("observed", *self._query_resource(queries[k])) for k in keys}
+            if len(path) > 1 and path[0] == "objects":
+                keys = [path[1]] if path[1] in queries else []  # another registration of the name has it
+            else:
+                keys = list(queries)
+            return {Source("observed", *self._query_resource(queries[k])) for k in keys if not queries[k].get("discovery")}
         if module == "k8s_info":
             return {self._source("observed", self.const(args.get("api_version", "v1")), self.const(args["kind"]))}
         if module == "k8s":
-            return {Source("observed", s.group, s.resource) for s in self._targets(args, "present")}
+            return {Source("observed", s.group, s.resource, s.kind) for s in self._targets(args, "present")}
         return set()
 
-    def _query_resource(self, query: dict[str, Any]) -> tuple[str, str]:
-        api_version = self.const(query["api_version"])
-        group = api_version.rpartition("/")[0]
-        return group, self.const(query["plural"])
+    def _query_resource(self, query: dict[str, Any]) -> tuple[str, str, str]:
+        api_version, plural = self.const(query["api_version"]), self.const(query["plural"])
+        group, _, version = api_version.rpartition("/")
+        rt = self.reg.lookup(group, version, plural)
+        if rt is None:
+            raise LookupError("unknown resource %s %s" % (api_version, plural))
+        return group, plural, rt.kind
 
     def _targets(self, args: dict[str, Any], state: str) -> set[Source]:
         if args.get("definition") is not None:
@@ -325,6 +338,54 @@ class _Role:
             origin = "template" if state == "present" else "observed"
             return {self._source(origin, self.const(args.get("api_version", "v1")), self.const(args["kind"]))}
         raise ValueError("kubernetes.core.k8s task without definition, src or kind")
+
+
+# Our filters whose output holds only some kinds of their input (the scan cannot read
+# Python); test_rbac_least_privilege.py checks each entry against the filter itself.
+FILTER_OUTPUT_KINDS = {
+    "torchdev_devuser_replace": frozenset({"LocalQueue"}),
+}
+
+
+def _select_kind(node: nodes.Filter, sources: set[Source]) -> set[Source]:
+    """selectattr / rejectattr('kind', 'in' | 'equalto' | '==', X) narrow the kinds."""
+    args = node.args
+    if (len(args) != 3 or not isinstance(args[0], nodes.Const) or not isinstance(args[1], nodes.Const)
+            or args[0].value != "kind" or not isinstance(args[2], (nodes.Const, nodes.List))):
+        return sources
+    op = args[1].value
+    value = args[2]
+    kinds = {value.value} if isinstance(value, nodes.Const) else {i.value for i in value.items if isinstance(i, nodes.Const)}
+    if op not in ("in", "equalto", "==", "eq"):
+        return sources
+    keep = (lambda k: k in kinds) if node.name == "selectattr" else (lambda k: k not in kinds)
+    return {src for src in sources if keep(src.kind)}
+
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+
+
+def observe_kueue_accesses(options: dict[str, Any] | None, const) -> list[Access]:
+    """What torchdev_observe's kueue option reads (plugins/modules/torchdev_observe.py
+    observe_kueue): the discovery of kueue.x-k8s.io (non-resource), then per option."""
+    if options is None:
+        return []
+    out = []
+    if options.get("resource_flavor"):
+        out.append(Access(KUEUE_GROUP, "resourceflavors", "get"))
+    if options.get("local_queue"):
+        out.append(Access(KUEUE_GROUP, "localqueues", "get"))
+    if options.get("workload_owner"):
+        out.append(Access(KUEUE_GROUP, "workloads", "list"))
+        out.append(Access(VISIBILITY_GROUP, "localqueues/pendingworkloads", "get"))
+    if options.get("priority_class") or options.get("user_label"):
+        out.append(Access(KUEUE_GROUP, "workloadpriorityclasses", "get"))
+    if options.get("user_label"):
+        out.append(Access("", "namespaces", "get"))
+        group = (const(options.get("user_api_version")) or "torchdev.io/v1alpha1").rpartition("/")[0]
+        out.append(Access(group, "devusers", "get"))
+    return out
 
 
 K8S_VERBS = {
@@ -350,22 +411,22 @@ def scan_role(role: str, reg: Registry, roles_dir: Path = ROLES) -> RoleScan:
                 state = args.get("state", "present")
                 for src in r._targets(args, state):
                     verbs = list(K8S_VERBS[(state, src.origin)])
-                    verbs += ["update"] if args.get("force") else []
-                    verbs += ["list", "watch"] if args.get("wait") else []
+                    verbs += ["update"] if args.get("force") else []  # wait: polling GETs
                     for verb in verbs:
                         scan.add(Access(src.group, src.resource, verb), why)
                     if state == "present" and src.origin == "template":
                         scan.created.add((src.group, src.resource))
             elif module == "k8s_info":
                 group, plural = resource_of(reg, r.const(args.get("api_version", "v1")), r.const(args["kind"]))
-                verbs = ["get"] if args.get("name") else ["list"]
-                verbs += ["watch"] if args.get("wait") else []
-                for verb in verbs:
-                    scan.add(Access(group, plural, verb), why)
+                scan.add(Access(group, plural, "get" if args.get("name") else "list"), why)
             elif module == "torchdev_observe":
                 for query in (args.get("queries") or {}).values():
-                    group, plural = r._query_resource(query)
+                    if query.get("discovery"):
+                        continue  # /apis/<group>/<version>: a non-resource URL (system:discovery)
+                    group, plural, _ = r._query_resource(query)
                     scan.add(Access(group, plural, "get" if query.get("name") else "list"), why)
+                for access in observe_kueue_accesses(args.get("kueue"), r.const):
+                    scan.add(access, why)
             elif module == "torchdev_status":
                 group, plural = resource_of(reg, r.const(args["api_version"]), r.const(args["kind"]))
                 scan.add(Access(group, plural, "get"), why)

@@ -10,6 +10,8 @@ test_rbac_requests.py checks the same ClusterRole against the requests of a real
 """
 from __future__ import annotations
 
+import copy
+import importlib.util
 import textwrap
 
 import pytest
@@ -142,36 +144,64 @@ def test_grants_keeps_wildcards():
 
 
 def test_scan_sees_a_new_read_and_an_unknown_module(tmp_path):
-    """A role that starts reading Secrets is seen (and would fail the grant check above); a
-    module the scan does not know is reported instead of being ignored."""
+    """A role that starts reading CronJobs is seen (and would fail the grant check above); a
+    module the scan does not know is reported instead of being ignored; selectattr on the
+    kind narrows what a task carries."""
     tasks = tmp_path / "sneaky" / "tasks"
     tasks.mkdir(parents=True)
     (tmp_path / "sneaky" / "templates").mkdir()
     (tmp_path / "sneaky" / "templates" / "job.yaml.j2").write_text(
         "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ x }}\n")
     (tasks / "main.yml").write_text(textwrap.dedent("""\
-        - name: Read the keys
-          kubernetes.core.k8s_info:
-            kind: Secret
-            namespace: x
-          register: sneaky_secrets
+        - name: Read
+          torchdev_observe:
+            queries:
+              crons: {api_version: batch/v1, plural: cronjobs, label_selector: a=b}
+              pods: {api_version: v1, plural: pods, name: x}
+          register: sneaky_read
         - name: Render
           ansible.builtin.set_fact:
             sneaky_objects: "{{ [lookup('ansible.builtin.template', 'job.yaml.j2') | from_yaml] }}"
         - name: Apply
           kubernetes.core.k8s:
             definition: "{{ sneaky_objects | select | list }}"
-        - name: Delete what was read
+        - name: Delete the CronJobs that were read
           kubernetes.core.k8s:
             state: absent
-            definition: "{{ sneaky_secrets.resources }}"
+            definition: "{{ sneaky_read.objects.values() | selectattr('kind', 'equalto', 'CronJob') | list }}"
         - name: Something else
           community.general.thing: {}
         """))
     scan = _rbac.scan_role("sneaky", REG, roles_dir=tmp_path)
     assert {str(a) for a in scan.accesses} == {
-        "list secrets", "get jobs.batch", "create jobs.batch", "patch jobs.batch", "get secrets", "delete secrets"}
+        "list cronjobs.batch", "get pods", "get jobs.batch", "create jobs.batch", "patch jobs.batch",
+        "get cronjobs.batch", "delete cronjobs.batch"}
     assert scan.created == {("batch", "jobs")}
     assert len(scan.problems) == 1 and "community.general.thing" in scan.problems[0]
     manager = [d for d in yaml.safe_load_all((_rbac.RBAC / "role.yaml").read_text()) if d and d["kind"] == "ClusterRole"]
-    assert not allows(manager[0]["rules"], Access("", "secrets", "list"))
+    assert not allows(manager[0]["rules"], Access("batch", "cronjobs", "list"))
+
+
+def _filter(name):
+    for path in sorted((_rbac.ROOT / "plugins" / "filter").glob("*.py")):
+        spec = importlib.util.spec_from_file_location("_filter_" + path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        filters = module.FilterModule().filters()
+        if name in filters:
+            return filters[name]
+    raise LookupError(name)
+
+
+@pytest.mark.parametrize("name", sorted(_rbac.FILTER_OUTPUT_KINDS))
+def test_filter_output_kinds_hold(rendered, name):
+    """FILTER_OUTPUT_KINDS: fed every rendered object as live (changed) and desired, the
+    filter returns only the kinds the scan assumes."""
+    objects = [obj for cases in rendered.values() for objs in cases.values() for obj in objs]
+    live = copy.deepcopy(objects)
+    for obj in live:
+        obj.setdefault("spec", {})["clusterQueue"] = "changed"
+        obj["spec"]["changed"] = True
+    out = _filter(name)(live, objects)
+    assert out, "the probe is vacuous: %s returned nothing" % name
+    assert {o["kind"] for o in out} <= _rbac.FILTER_OUTPUT_KINDS[name]
