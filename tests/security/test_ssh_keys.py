@@ -1,0 +1,148 @@
+"""SSH keys never appear in the operator's output or in any status.
+
+Dynamic: kubesim + the local runtime (ansible-runner artifacts kept: stdout and every job
+event, what ansible-operator logs at its default verbosity and more) run a DevUser and a
+DevServer reconcile with distinctive keys; the keys may be in the Secret / ConfigMap that
+carry them to sshd, and nowhere in the artifacts, the statuses or the Events.
+Static: every task whose result can hold the keys is no_log (see KEY_TASKS).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from _rbac import ROLES, TASK_KEYWORDS, _walk_tasks
+
+E2E = Path(__file__).resolve().parents[1] / "e2e"
+sys.path.insert(0, str(E2E))
+from _e2e_helpers import GROUP, ROOT, VERSION, devserver, wait_ready  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("_e2e_conftest_keys", E2E / "conftest.py")
+_e2e = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_e2e)
+sim, kube = _e2e.sim, _e2e.kube  # the e2e fixtures, for this module
+
+CANARY_USER = "TorchdevCanaryUserKey0123456789abcdefghij"
+CANARY_SERVER = "TorchdevCanaryServerKey0123456789abcdefgh"
+KEY_USER = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI%s canary@user" % CANARY_USER
+KEY_SERVER = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI%s canary@server" % CANARY_SERVER
+
+
+@pytest.fixture(scope="module")
+def artifacts(sim, kube, tmp_path_factory):
+    from torchdev_runtime.runtime import Runtime
+
+    work = tmp_path_factory.mktemp("runner")
+    rt = Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig, ansible_config=str(ROOT / "ansible.cfg"),
+                 max_concurrent_reconciles=2, keep_artifacts=True, work_dir=str(work))
+    rt.start()
+    try:
+        yield rt, work
+    finally:
+        rt.stop()
+
+
+@pytest.fixture(scope="module")
+def leaks(sim, kube, artifacts):
+    """Run a DevUser and a DevServer with canary keys; where each key shows up."""
+    rt, work = artifacts
+    custom, core = kube["custom"], kube["core"]
+    custom.create_cluster_custom_object(GROUP, VERSION, "devusers", {
+        "apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "DevUser", "metadata": {"name": "canary"},
+        "spec": {"email": "canary@example.com", "sshPublicKeys": [KEY_USER]}})
+    ns = "dev-canary"
+
+    def active():
+        obj = custom.get_cluster_custom_object(GROUP, VERSION, "devusers", "canary")
+        return obj if (obj.get("status") or {}).get("phase") == "Active" else None
+    sim.wait_for(active, 120, interval=0.2, message="DevUser canary Active")
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                           devserver("canary", sshPublicKeys=[KEY_SERVER]))
+    wait_ready(sim, kube, ns, "canary", timeout=120)
+    assert rt.wait_idle(90)
+    # the keys did reach sshd's inputs (the test is not vacuous)
+    assert core.read_namespaced_secret("ssh-public-keys", ns).data
+    assert CANARY_SERVER in core.read_namespaced_config_map("canary-ssh", ns).data["authorized_keys"]
+    # ansible's output (artifacts/<run>/stdout, at ansible-operator's default verbosity 2);
+    # env/ holds the run's inputs (the custom resource itself), as on ansible-operator's disk
+    stdout = [p for p in work.rglob("stdout") if p.parent.parent.name == "artifacts"]
+    assert stdout, "no ansible output was kept"
+    statuses = json.dumps([custom.get_cluster_custom_object(GROUP, VERSION, "devusers", "canary").get("status"),
+                           custom.get_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "canary").get("status")])
+    events = json.dumps([e.to_dict() for e in core.list_event_for_all_namespaces().items], default=str)
+    return {c: sorted({str(p.relative_to(work)).split("/")[0] for p in stdout if c in p.read_text(errors="replace")}
+                      | ({"status"} if c in statuses else set()) | ({"events"} if c in events else set()))
+            for c in (CANARY_USER, CANARY_SERVER)}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_devuser_keys_never_in_output_status_or_events(leaks):
+    assert leaks[CANARY_USER] == []
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: the devserver role (normalize/observe/render/apply) and the devserverflavor role's "
+    "DevServer list print inline spec.sshPublicKeys at verbosity 2; no_log on the apply task would censor "
+    "the 422 that failed.yml classifies as InvalidSpec (docs/security.md)"))
+def test_devserver_keys_never_in_output_status_or_events(leaks):
+    assert leaks[CANARY_SERVER] == []
+
+
+# --- static: no_log on every task whose result can hold the keys ---------------------------
+
+# What carries keys in each role: the raw custom resource and its spec (sshPublicKeys), and
+# the facts, templates and reads that hold them.  A task that references any of these in its
+# arguments or vars, or registers a read of a Secret / the SSH ConfigMap, must be no_log.
+KEY_NAMES = {
+    "devuser": ("_torchdev_io_devuser", "sshPublicKeys", "devuser_objects", "devuser_to_apply",
+                "devuser_observe", "devuser_observed", "secret/ssh-public-keys"),
+    "devserver": ("_torchdev_io_devserver", "sshPublicKeys", "devserver_objects", "devserver_to_apply",
+                  "devserver_observe", "devserver_observed", "devserver_cr", "devserver_spec", "configmap/ssh"),
+}
+# Tasks that reference a key-carrying name but whose result cannot hold a key: the name is
+# only an input of a filter that returns something else (a reason each).
+KEY_FREE = {
+    "devuser": {
+        "apply.yml: Compute the objects to delete, to replace and to detach": "from devuser_live (redacted: no Secret data)",
+        "failed.yml: Record the failure in the status": "writes conditions; the CR is only read for its generation",
+        "finalize.yml: Decide what to suspend, detach and delete": "metadata of redacted objects only",
+        "normalize.yml: Normalize the DevUser spec": "keeps the keys out of its facts (render.yml reads the raw spec)",
+        "observe.yml: Summarise Kueue, the flavors and the live objects": "devuser_live is redacted",
+        "render.yml: Compute the render context": "owner references of the CR only",
+    },
+}
+
+
+def _key_tasks(role):
+    names = KEY_NAMES[role]
+    for path in sorted((ROLES / role / "tasks").glob("*.yml")):
+        for task, where in _walk_tasks(yaml.safe_load(path.read_text()), path.name):
+            body = {k: v for k, v in task.items() if k not in TASK_KEYWORDS or k == "vars"}
+            text = json.dumps(body)
+            if any(n in text for n in names):
+                yield "%s: %s" % (where, task.get("name")), task
+
+
+@pytest.mark.parametrize("role", [
+    "devuser",
+    pytest.param("devserver", marks=pytest.mark.xfail(strict=True, reason="known gap, see above")),
+])
+def test_tasks_touching_keys_are_no_log(role):
+    missing = [what for what, task in _key_tasks(role)
+               if not task.get("no_log") and what not in KEY_FREE.get(role, {})]
+    assert not missing, "tasks of %s that may show SSH keys without no_log: true:\n  %s" % (role, "\n  ".join(missing))
+
+
+def test_every_role_is_covered():
+    assert sorted(KEY_NAMES) == sorted(p.parent.parent.name for p in ROLES.glob("*/tasks/main.yml")
+                                       if "sshPublicKeys" in "".join(f.read_text() for f in (p.parent).glob("*.yml"))
+                                       or (p.parent.parent / "templates").exists()
+                                       and any("authorized_keys" in t.read_text() for t in (p.parent.parent / "templates").rglob("*.j2")))
