@@ -23,6 +23,7 @@ CRD_DIR = ROOT / "config" / "crd"
 SAMPLES_DIR = ROOT / "config" / "samples"
 DEVSERVER_CRD = CRD_DIR / "bases" / "torchdev.io_devservers.yaml"
 FLAVOR_CRD = CRD_DIR / "bases" / "torchdev.io_devserverflavors.yaml"
+DEVUSER_CRD = CRD_DIR / "bases" / "torchdev.io_devusers.yaml"  # admission cases: tests/devuser/test_crd.py
 VERSION = "v1alpha1"
 YAMLLINT_CONFIG = "{extends: default, rules: {line-length: {max: 160}, document-start: disable}}"
 
@@ -39,7 +40,7 @@ def load(path: Path) -> dict:
         return yaml.safe_load(f)
 
 
-CRDS = {"DevServer": load(DEVSERVER_CRD), "DevServerFlavor": load(FLAVOR_CRD)}
+CRDS = {"DevServer": load(DEVSERVER_CRD), "DevServerFlavor": load(FLAVOR_CRD), "DevUser": load(DEVUSER_CRD)}
 
 
 def version_of(crd: dict, name: str = VERSION) -> dict:
@@ -613,7 +614,7 @@ def test_status_is_validated_on_the_status_subresource(models, ApiError):
 def test_kustomize_crd_builds():
     docs = kustomize(CRD_DIR)
     assert sorted(d["metadata"]["name"] for d in docs) == ["devserverflavors.torchdev.io",
-                                                           "devservers.torchdev.io"]
+                                                           "devservers.torchdev.io", "devusers.torchdev.io"]
     for d in docs:
         assert d == CRDS[d["spec"]["names"]["kind"]]
 
