@@ -27,9 +27,12 @@ options:
     type: str
   queries:
     description:
-      - Named queries. Each has C(api_version), C(plural) and either C(name) or
-        C(label_selector); C(namespace) overrides the default; C(cluster=true) for
-        cluster-scoped resources.
+      - Named queries. Each has C(api_version), C(plural) and either C(name),
+        C(label_selector) or C(all=true) (every object); C(namespace) overrides the
+        default; C(cluster=true) for cluster-scoped resources.
+      - A query with C(discovery=true) and only C(api_version) asks whether that group
+        version is served; its result is the list of its resource names (plurals, no
+        subresources), or C(null) when the group version is not served.
     type: dict
     required: true
 """
@@ -43,13 +46,22 @@ EXAMPLES = r"""
       statefulset: {api_version: apps/v1, plural: statefulsets, name: alice-dev}
       pvcs: {api_version: v1, plural: persistentvolumeclaims, label_selector: torchdev.io/devserver=alice-dev}
   register: observed
+
+- name: Is Kueue served, and which DevServerFlavors exist?
+  torchdev_observe:
+    queries:
+      kueue: {api_version: kueue.x-k8s.io/v1beta2, discovery: true}
+      flavors: {api_version: torchdev.io/v1alpha1, plural: devserverflavors, all: true, cluster: true}
+  register: observed
 """
 
 RETURN = r"""
 objects:
   description:
     - For each query name, the object (or C(null) when it does not exist) for a named
-      query, or the list of objects for a label-selected one.
+      query, the list of objects for a label-selected (or C(all)) one, and for a
+      C(discovery) query the resource names of the group version (or C(null) when it
+      is not served).
   returned: success
   type: dict
 """
@@ -69,6 +81,8 @@ def query_path(query, default_namespace):
     """The REST path of a query: /api/v1/... or /apis/<group>/<version>/..."""
     api_version = query["api_version"]
     path = ("/apis/" if "/" in api_version else "/api/") + api_version
+    if query.get("discovery"):
+        return path
     if not query.get("cluster"):
         namespace = query.get("namespace") or default_namespace
         if not namespace:
@@ -85,11 +99,16 @@ def query_path(query, default_namespace):
 def validate_query(name, query):
     if not isinstance(query, dict):
         return "query %s must be a dict" % name
+    if query.get("discovery"):
+        extra = sorted(k for k in ("plural", "name", "label_selector", "all") if query.get(k))
+        if extra or not query.get("api_version"):
+            return "query %s: a discovery query takes api_version only (got %s)" % (name, ", ".join(extra) or "none")
+        return None
     for key in ("api_version", "plural"):
         if not query.get(key):
             return "query %s needs %s" % (name, key)
-    if bool(query.get("name")) == bool(query.get("label_selector")):
-        return "query %s needs exactly one of name and label_selector" % name
+    if sum(1 for k in ("name", "label_selector", "all") if query.get(k)) != 1:
+        return "query %s needs exactly one of name and label_selector (or all: true)" % name
     return None
 
 
@@ -107,12 +126,15 @@ def run(module):
         except ValueError as exc:
             module.fail_json(msg=str(exc))
         except RequestError as exc:
-            if exc.status == 404 and query.get("name"):
+            if exc.status == 404 and (query.get("name") or query.get("discovery")):
                 objects[qname] = None
                 continue
             module.fail_json(msg="failed to read %s: %s %s" % (path, exc.status, exc.reason),
                              status=exc.status, reason=exc.reason, body=exc.body)
-        if query.get("name"):
+        if query.get("discovery"):
+            resources = (data or {}).get("resources") or []
+            objects[qname] = sorted(r["name"] for r in resources if "/" not in r.get("name", "/"))
+        elif query.get("name"):
             objects[qname] = data
         else:
             kind = (data.get("kind") or "").rsplit("List", 1)[0]
