@@ -261,7 +261,7 @@ def test_devserver_condition_reasons_documented():
     desc = root_schema(CRDS["DevServer"])["properties"]["status"]["properties"]["conditions"]["description"]
     for reason in ("ServerReady", "PodsNotReady", "Suspended", "ReconcileFailed", "Provisioning",
                    "RollingUpdate", "Reconciled", "AsExpected", "FlavorNotFound", "InvalidSpec",
-                   "ReconcileError", "PodFailed"):
+                   "ReconcileError", "PodFailed", "Queued"):
         assert reason in desc
 
 
@@ -269,9 +269,11 @@ def test_devserver_status_fields():
     status = root_schema(CRDS["DevServer"])["properties"]["status"]["properties"]
     for f in ("phase", "ready", "conditions", "observedGeneration", "replicas", "readyReplicas",
               "sshEndpoint", "sshCommand", "startTime", "lastReconcileTime", "replicaStatuses",
-              "rendezvousEndpoint", "flavorSpecHash"):
+              "rendezvousEndpoint", "flavorSpecHash", "queue"):
         assert f in status, f
-    assert status["phase"]["enum"] == ["Pending", "Provisioning", "Running", "Suspended", "Failed"]
+    assert status["phase"]["enum"] == ["Pending", "Queued", "Provisioning", "Running", "Suspended", "Failed"]
+    assert set(status["queue"]["properties"]) == {"name", "clusterQueue", "workload", "position"}
+    assert status["queue"]["properties"]["position"]["minimum"] == 1
     rs = status["replicaStatuses"]
     assert rs["x-kubernetes-list-type"] == "map" and rs["x-kubernetes-list-map-keys"] == ["index"]
     assert {"index", "podName", "phase", "ready", "nodeName"} <= set(rs["items"]["properties"])
@@ -372,6 +374,7 @@ def test_unknown_fields_are_pruned(models):
 
 VALID_DEVSERVERS = {
     "minimal": devserver(),
+    "priority-class": devserver(priorityClassName="torchdev-high"),
     "distributed-4x1": devserver(**distributed(4, 1)),
     "distributed-16x8-nccl": devserver(**distributed(16, 8, ncclSettings={"NCCL_DEBUG": "INFO",
                                                                           "FI_EFA_USE_DEVICE_RDMA": "1"})),
@@ -425,6 +428,8 @@ INVALID_DEVSERVERS = [
     ("missing-owner", {**devserver(), "spec": {"flavor": "gpu-a10g-1"}}, "spec.owner", "Required value"),
     ("missing-flavor", {**devserver(), "spec": {"owner": "jane@example.com"}}, "spec.flavor", "Required value"),
     ("flavor-not-dns", devserver(flavor="GPU_A10G"), "spec.flavor", "should match"),
+    ("priority-class-not-dns", devserver(priorityClassName="High_Priority"), "spec.priorityClassName",
+     "should match"),
     ("home-10-GB", devserver(persistentHomeSize="10 GB"), "spec.persistentHomeSize", "should match"),
     ("home-too-small", devserver(persistentHomeSize="512Mi"),
      "spec.persistentHomeSize", "persistentHomeSize must be between 1Gi and 64Ti"),

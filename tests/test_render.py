@@ -82,10 +82,19 @@ def _cases():
                   "metadata": {"name": "home-grown-0", "namespace": NAMESPACE},
                   "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
     }
+    # Kueue served and the namespace has LocalQueue torchdev: the new StatefulSet (only it,
+    # not its pod template) is queued, with the WorkloadPriorityClass that applies.
+    cases["kueue_queued"] = {
+        "cr": _devserver(standalone, "queued", priorityClassName="torchdev-high"), "flavor": gpu,
+        "kueue": {"served": True, "local_queue": {"metadata": {"name": "torchdev", "namespace": NAMESPACE},
+                                                  "spec": {"clusterQueue": "torchdev-jane"}},
+                  "priority_class": {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": True}},
+    }
     return cases
 
 
 CASES = _cases()
+QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +114,7 @@ def rendered(tmp_path_factory):
             "devserver_flavor": case["flavor"],
             "devserver_observed": case.get("observed", []),
             "devserver_observed_pvcs": case.get("pvcs", []),
+            "devserver_kueue": case.get("kueue"),
         }
     (tmp / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
     (tmp / "render.yml").write_text(yaml.safe_dump([{
@@ -229,6 +239,24 @@ def test_statefulset(rendered, case):
         assert cm["data"]["authorized_keys"].strip().splitlines() == spec["sshPublicKeys"]
     else:
         assert ("ConfigMap", name + "-ssh") not in objs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_kueue_labels_only_on_the_statefulset(rendered, case):
+    name = CASES[case]["cr"]["metadata"]["name"]
+    objs = _by_kind(rendered[case])
+    sts = objs[("StatefulSet", name)]
+    labels = sts["metadata"]["labels"]
+    if CASES[case].get("kueue"):
+        assert labels["kueue.x-k8s.io/queue-name"] == "torchdev"
+        assert labels["kueue.x-k8s.io/priority-class"] == CASES[case]["cr"]["spec"]["priorityClassName"]
+    else:  # without Kueue everything renders as before
+        assert not set(QUEUE_LABELS) & set(labels)
+    for obj in rendered[case]:
+        meta_labels = obj["metadata"].get("labels") or {}
+        if obj is not sts:
+            assert not set(QUEUE_LABELS) & set(meta_labels), obj["kind"]
+    assert not set(QUEUE_LABELS) & set(sts["spec"]["template"]["metadata"]["labels"])
 
 
 def test_home_volume_template(rendered):

@@ -286,7 +286,9 @@ def _quantity_path(path):
         return False
     last = path[-1]
     parent = path[-2] if len(path) > 1 else ""
-    return parent in ("requests", "limits", "capacity") or last in ("sizeLimit", "storage")
+    # requests/limits: containers; hard: ResourceQuota; max/min/default/defaultRequest: LimitRange
+    return parent in ("requests", "limits", "capacity", "hard", "max", "min", "default", "defaultRequest") \
+        or last in ("sizeLimit", "storage")
 
 
 def _scalar_equal(a, b):
@@ -591,6 +593,8 @@ def phase(desired_replicas, sts, suspended=False, failed=False):
 
 
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+# status.queue (docs/api.md): from torchdev_queue_status
+QUEUE_STATUS_FIELDS = ("name", "clusterQueue", "workload", "position")
 # Container waiting reasons that will not resolve by waiting (a replica is failing).
 FAILING_WAIT_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "CreateContainerConfigError",
                         "CreateContainerError", "InvalidImageName", "RunContainerError")
@@ -684,12 +688,14 @@ def failing_replicas(name, pods, desired_replicas):
 
 
 def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
-                     pods=None, rendezvous_endpoint=None):
+                     pods=None, rendezvous_endpoint=None, queue=None):
     """The complete DevServer status for a successful reconcile (conditions included).
 
     ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
     the Degraded/PodFailed check; ``rendezvous_endpoint``: ``host:port`` of replica 0 in
-    distributed mode (None/"" removes status.rendezvousEndpoint).
+    distributed mode (None/"" removes status.rendezvousEndpoint); ``queue``: where the
+    StatefulSet stands in Kueue (``torchdev_queue_status``, None when it is not queued):
+    while its Workload is not admitted the server is Queued, and status.queue says where.
     """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
@@ -697,6 +703,9 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     generation = meta.get("generation")
     suspended = bool(spec.get("suspend", False))
     current = phase(desired_replicas, sts, suspended=suspended)
+    queue = None if suspended else queue
+    if queue and not queue.get("admitted"):
+        current = "Queued"
     counts = _sts_counts(sts)
     ready_n = min(counts["ready"], desired_replicas) if sts else 0
     status = {
@@ -710,6 +719,8 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         "sshCommand": None,
         "rendezvousEndpoint": rendezvous_endpoint or None,
         "replicaStatuses": replica_statuses(meta.get("name"), pods, desired_replicas),
+        # None values inside are removed by the status merge patch
+        "queue": {key: queue.get(key) for key in QUEUE_STATUS_FIELDS} if queue else None,
     }
     if ssh_service:
         status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))
@@ -722,6 +733,9 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     elif current == "Suspended":
         ready = condition("Ready", "False", "Suspended", "spec.suspend is true; scaled to 0, volumes kept", generation)
         progressing = condition("Progressing", "False", "Reconciled", "suspended", generation)
+    elif current == "Queued":
+        ready = condition("Ready", "False", "Queued", queue.get("message") or "queued", generation)
+        progressing = condition("Progressing", "True", "Queued", queue.get("message") or "queued", generation)
     else:
         ready = condition("Ready", "False", "PodsNotReady", "%d/%d replicas ready" % (ready_n, desired_replicas), generation)
         if counts["rolling"] or (old.get("phase") == "Running" and sts):
@@ -812,6 +826,15 @@ def _module_utils(name):
     return sys.modules[key]
 
 
+def _kueue(name):
+    """A function of plugins/module_utils/torchdev_kueue.py, loaded when first called."""
+    def call(*args, **kwargs):
+        return getattr(_module_utils("torchdev_kueue"), name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
 def status_changes(live_status, desired_status, conditions=None, observed_generation=None):
     """The merge patch torchdev_status would send for this status, or None: lets a role
     skip the module run (a process and a client import) when the status is unchanged."""
@@ -825,12 +848,13 @@ def requeue_period(status, now=None, minimum=2, maximum=60):
     """How soon to look again at a DevServer whose pods are not all ready ("" when settled).
 
     Pod readiness changes the StatefulSet's status only, which ansible-operator's
-    dependent-resource predicate does not reliably see, so a starting server is polled:
+    dependent-resource predicate does not reliably see, and Kueue's admission changes
+    a Workload that is not the DevServer's dependent, so a starting or Queued server is polled:
     every `minimum` seconds at first, backing off to a quarter of the time it has been
     provisioning, at most `maximum` seconds (a server queued for capacity is not hammered).
     """
     status = status or {}
-    if status.get("phase") not in ("Pending", "Provisioning"):
+    if status.get("phase") not in ("Pending", "Provisioning", "Queued"):
         return ""
     since = None
     for cond in status.get("conditions") or []:
@@ -892,6 +916,12 @@ class FilterModule(object):
         "torchdev_failure_message": failure_message,
         "torchdev_requeue_period": requeue_period,
         "torchdev_status_changes": status_changes,
+        # Kueue (plugins/module_utils/torchdev_kueue.py)
+        "torchdev_kueue_node_taints": _kueue("node_taints"),
+        "torchdev_resource_flavor_errors": _kueue("resource_flavor_errors"),
+        "torchdev_queue_labels": _kueue("queue_labels"),
+        "torchdev_queue_problem": _kueue("queue_problem"),
+        "torchdev_queue_status": _kueue("queue_status"),
     }
 
     def filters(self):

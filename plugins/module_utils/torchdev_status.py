@@ -91,16 +91,26 @@ def _kind_of(value):
     return type(value).__name__
 
 
+def _prune(value):
+    """``value`` without the None entries of its maps (absent in merge-patch terms)."""
+    if isinstance(value, dict):
+        return {k: _prune(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
 def _equal(a, b):
     if a in (None, {}, []) and b in (None, {}, []):
         return True
-    return _kind_of(a) == _kind_of(b) and a == b
+    return _kind_of(a) == _kind_of(b) and _prune(a) == _prune(b)
 
 
 def status_patch(live_status, desired_status=None, desired_conditions=None, now=None, observed_generation=None):
     """Return (patch or None, resulting status).
 
-    ``desired_status`` keys are set; a ``None`` value removes the key.  Keys not named
+    ``desired_status`` keys are set; a ``None`` value removes the key, also inside a map
+    value (``{"queue": {"position": None}}`` removes queue.position).  Keys not named
     are left alone (merge patch semantics).  ``desired_conditions`` (when not None) are
     merged with ``merge_conditions``.
     """
@@ -123,7 +133,7 @@ def status_patch(live_status, desired_status=None, desired_conditions=None, now=
         if value is None:
             result.pop(key, None)
         else:
-            result[key] = value
+            result[key] = _prune(value)
     return (patch or None), result
 
 

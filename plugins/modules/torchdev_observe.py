@@ -16,7 +16,12 @@ description:
     Kubernetes client, about a second per task. A reconcile that reads its custom
     resource's flavor and every child it may own pays that once with this module.
   - One GET per named object (a missing object is C(null), not an error), one LIST per
-    label-selected query. Read-only, so check mode changes nothing.
+    label-selected or list query. Read-only, so check mode changes nothing.
+  - With O(kueue), the same run also observes whether Kueue
+    (C(kueue.x-k8s.io/v1beta2)) is served (discovery), a ResourceFlavor, a LocalQueue, the
+    Workload of a StatefulSet with its pending position from the visibility on-demand API
+    (C(visibility.kueue.x-k8s.io/v1beta2)), and the WorkloadPriorityClass that applies.
+    Without Kueue only the discovery request is made.
 version_added: "0.1.0"
 author: torchdev maintainers
 extends_documentation_fragment:
@@ -35,9 +40,53 @@ options:
         subresources), or C(null) when the group version is not served.
     type: dict
     required: true
+  kueue:
+    description:
+      - Observe Kueue too (the result's RV(kueue)); every key is optional.
+    type: dict
+    suboptions:
+      resource_flavor:
+        description: Name of a ResourceFlavor to GET.
+        type: str
+      local_queue:
+        description: Name of a LocalQueue to GET in O(namespace).
+        type: str
+      workload_owner:
+        description:
+          - Name of a named query whose object (a StatefulSet) Kueue queues. When it carries
+            the C(kueue.x-k8s.io/queue-name) label, the Workload of O(namespace) that belongs
+            to it is returned and, while that is not admitted, its entry in the LocalQueue's
+            pending workloads (visibility API; any error there just means no entry).
+        type: str
+      priority_class:
+        description:
+          - The WorkloadPriorityClass the caller asks for. Whether it exists is checked
+            when the owner does not exist yet and would be queued (the LocalQueue exists).
+        type: str
+      user_label:
+        description:
+          - When O(kueue.priority_class) is empty and the owner is (or would be) queued, the
+            label of the namespace that names its DevUser, whose C(spec.queue.priorityClass)
+            then applies.
+        type: str
+      user_api_version:
+        description: API version of the DevUser resource (plural C(devusers)).
+        type: str
+        default: torchdev.io/v1alpha1
 """
 
 EXAMPLES = r"""
+- name: Read a StatefulSet and, when Kueue is served, the LocalQueue and its Workload
+  torchdev_observe:
+    namespace: dev-alice
+    queries:
+      statefulset: {api_version: apps/v1, plural: statefulsets, name: alice-dev}
+    kueue:
+      local_queue: torchdev
+      workload_owner: statefulset
+      user_label: torchdev.io/user
+  register: observed
+
 - name: Read a DevServer's flavor and StatefulSet, and its PVCs
   torchdev_observe:
     namespace: dev-alice
@@ -64,12 +113,22 @@ objects:
       is not served).
   returned: success
   type: dict
+kueue:
+  description:
+    - C(served) (bool), C(resource_flavor), C(local_queue), C(workload) (objects or
+      C(null)), C(pending) (the Workload's PendingWorkload item from the visibility API,
+      with the 0-based C(positionInClusterQueue), or C(null)) and C(priority_class)
+      (C({name, source, exists}) or C(null); C(exists) is C(null) when not checked).
+  returned: when O(kueue) is given
+  type: dict
 """
 
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, HAS_K8S, RequestError, api_client, request
+from ansible.module_utils.torchdev_kueue import (API_VERSION as KUEUE_API_VERSION, VISIBILITY_API_VERSION,
+                                                 admitted, pending_entry, queue_name, workload_of)
 
 try:
     from urllib.parse import urlencode
@@ -112,38 +171,107 @@ def validate_query(name, query):
     return None
 
 
+class Reader(object):
+    """GETs through one client; a failure other than a tolerated 404 fails the module."""
+
+    def __init__(self, module, client):
+        self.module, self.client = module, client
+
+    def get(self, path, missing_ok=True):
+        try:
+            return request(self.client, "GET", path, timeout=self.module.params["request_timeout"])
+        except RequestError as exc:
+            if exc.status == 404 and missing_ok:
+                return None
+            self.module.fail_json(msg="failed to read %s: %s %s" % (path, exc.status, exc.reason),
+                                  status=exc.status, reason=exc.reason, body=exc.body)
+
+    def query(self, query, namespace):
+        """The result of one (validated) query: see RETURN."""
+        data = self.get(query_path(query, namespace),
+                        missing_ok=bool(query.get("name") or query.get("discovery")))
+        if query.get("discovery"):
+            if data is None:
+                return None
+            resources = data.get("resources") or []
+            return sorted(r["name"] for r in resources if "/" not in r.get("name", "/"))
+        if query.get("name"):
+            return data
+        kind = (data.get("kind") or "").rsplit("List", 1)[0]
+        items = data.get("items") or []
+        for item in items:  # list items carry no kind/apiVersion
+            item.setdefault("apiVersion", query["api_version"])
+            item.setdefault("kind", kind)
+        return items
+
+
+def observe_kueue(reader, options, namespace, objects):
+    """The RV(kueue) result: see DOCUMENTATION."""
+    result = dict(served=False, resource_flavor=None, local_queue=None, workload=None, pending=None,
+                  priority_class=None)
+    if reader.query({"api_version": KUEUE_API_VERSION, "discovery": True}, namespace) is None:
+        return result
+    result["served"] = True
+
+    def kueue_query(plural, **query):
+        return reader.query(dict(query, api_version=KUEUE_API_VERSION, plural=plural), namespace)
+
+    if options.get("resource_flavor"):
+        result["resource_flavor"] = kueue_query("resourceflavors", name=options["resource_flavor"], cluster=True)
+    if options.get("local_queue"):
+        result["local_queue"] = kueue_query("localqueues", name=options["local_queue"])
+    owner = objects.get(options["workload_owner"]) if options.get("workload_owner") else None
+    queue = queue_name(owner)
+    if owner and queue:
+        result["workload"] = workload_of(kueue_query("workloads", all=True), owner)
+        if result["workload"] and not admitted(result["workload"]):
+            path = "/apis/%s/namespaces/%s/localqueues/%s/pendingworkloads" % (VISIBILITY_API_VERSION, namespace, queue)
+            try:
+                summary = request(reader.client, "GET", path, timeout=reader.module.params["request_timeout"])
+            except RequestError:  # the visibility API is off, not allowed or unavailable: no position
+                summary = None
+            result["pending"] = pending_entry(summary, result["workload"]["metadata"]["name"])
+    # A priority class matters for a StatefulSet that is (or, created now, will be) queued.
+    if (queue if owner else result["local_queue"]):
+        result["priority_class"] = priority_class(reader, options, namespace, check=owner is None)
+    return result
+
+
+def priority_class(reader, options, namespace, check):
+    """{name, source, exists} of the WorkloadPriorityClass that applies, or None."""
+    name, source = options.get("priority_class") or "", "spec.priorityClassName"
+    if not name and options.get("user_label"):
+        ns = reader.get("/api/v1/namespaces/" + namespace) or {}
+        user = ((ns.get("metadata") or {}).get("labels") or {}).get(options["user_label"])
+        if user:
+            devuser = reader.get("/apis/%s/devusers/%s" % (options["user_api_version"], user)) or {}
+            name = ((devuser.get("spec") or {}).get("queue") or {}).get("priorityClass") or ""
+            source = "DevUser %s spec.queue.priorityClass" % user
+    if not name:
+        return None
+    exists = None
+    if check:
+        exists = reader.query({"api_version": KUEUE_API_VERSION, "plural": "workloadpriorityclasses",
+                               "name": name, "cluster": True}, namespace) is not None
+    return {"name": name, "source": source, "exists": exists}
+
+
 def run(module):
     params = module.params
-    client = api_client(params)
+    reader = Reader(module, api_client(params))
     objects = {}
     for qname, query in sorted(params["queries"].items()):
         error = validate_query(qname, query)
         if error:
             module.fail_json(msg=error)
         try:
-            path = query_path(query, params.get("namespace"))
-            data = request(client, "GET", path, timeout=params["request_timeout"])
+            objects[qname] = reader.query(query, params.get("namespace"))
         except ValueError as exc:
             module.fail_json(msg=str(exc))
-        except RequestError as exc:
-            if exc.status == 404 and (query.get("name") or query.get("discovery")):
-                objects[qname] = None
-                continue
-            module.fail_json(msg="failed to read %s: %s %s" % (path, exc.status, exc.reason),
-                             status=exc.status, reason=exc.reason, body=exc.body)
-        if query.get("discovery"):
-            resources = (data or {}).get("resources") or []
-            objects[qname] = sorted(r["name"] for r in resources if "/" not in r.get("name", "/"))
-        elif query.get("name"):
-            objects[qname] = data
-        else:
-            kind = (data.get("kind") or "").rsplit("List", 1)[0]
-            items = data.get("items") or []
-            for item in items:  # list items carry no kind/apiVersion
-                item.setdefault("apiVersion", query["api_version"])
-                item.setdefault("kind", kind)
-            objects[qname] = items
-    module.exit_json(changed=False, objects=objects)
+    result = dict(changed=False, objects=objects)
+    if params.get("kueue") is not None:
+        result["kueue"] = observe_kueue(reader, params["kueue"], params.get("namespace"), objects)
+    module.exit_json(**result)
 
 
 def main():
@@ -151,6 +279,14 @@ def main():
         argument_spec=dict(
             namespace=dict(type="str"),
             queries=dict(type="dict", required=True),
+            kueue=dict(type="dict", options=dict(
+                resource_flavor=dict(type="str"),
+                local_queue=dict(type="str"),
+                workload_owner=dict(type="str"),
+                priority_class=dict(type="str"),
+                user_label=dict(type="str"),
+                user_api_version=dict(type="str", default="torchdev.io/v1alpha1"),
+            )),
             **AUTH_ARG_SPEC
         ),
         supports_check_mode=True,

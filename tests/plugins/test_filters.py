@@ -298,6 +298,8 @@ def _progressing_since(ts, phase="Provisioning"):
     (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T00:01:00Z", "15s"),     # backing off
     (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T02:00:00Z", "60s"),     # capped
     (_progressing_since("2026-01-01T00:00:00Z", "Pending"), "2026-01-01T00:00:20Z", "5s"),
+    (_progressing_since("2026-01-01T00:00:00Z", "Queued"), "2026-01-01T00:00:08Z", "2s"),  # polls for admission
+    (_progressing_since("2026-01-01T00:00:00Z", "Queued"), "2026-01-01T05:00:00Z", "60s"),
     ({"phase": "Provisioning"}, "2026-01-01T00:00:00Z", "2s"),                         # no condition yet
     (_progressing_since("2026-01-01T00:00:00Z", "Running"), "2026-01-01T00:00:01Z", ""),
     ({"phase": "Suspended"}, None, ""),

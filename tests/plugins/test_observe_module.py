@@ -12,13 +12,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+MODULE_UTILS = ("torchdev_k8s", "torchdev_kueue")
+
+
 def _load():
-    # The module imports ansible.module_utils.torchdev_k8s; alias the file for a plain import.
-    spec = importlib.util.spec_from_file_location(
-        "ansible.module_utils.torchdev_k8s", ROOT / "plugins" / "module_utils" / "torchdev_k8s.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules["ansible.module_utils.torchdev_k8s"] = mod
+    # The module imports ansible.module_utils.torchdev_*; alias the files for a plain import.
+    for name in MODULE_UTILS:
+        spec = importlib.util.spec_from_file_location(
+            "ansible.module_utils." + name, ROOT / "plugins" / "module_utils" / (name + ".py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules["ansible.module_utils." + name] = mod
     spec = importlib.util.spec_from_file_location("torchdev_observe", ROOT / "plugins" / "modules" / "torchdev_observe.py")
     obs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(obs)
@@ -59,6 +63,23 @@ def test_validate_query(query, error):
     assert (got is None) if error is None else (error in got)
 
 
+def run_module(sim, args, tmp_path):
+    """One real run of the module (a process, as Ansible runs it) against `sim`; its JSON result."""
+    argfile = tmp_path / "args.json"
+    argfile.write_text(json.dumps(args))
+    env = dict(os.environ, K8S_AUTH_KUBECONFIG=sim.kubeconfig)
+    utils = ROOT / "plugins" / "module_utils"
+    code = "import sys, importlib.util, runpy\n"
+    for name in MODULE_UTILS:
+        code += (f"spec = importlib.util.spec_from_file_location('ansible.module_utils.{name}', {str(utils / (name + '.py'))!r})\n"
+                 "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+                 f"sys.modules['ansible.module_utils.{name}'] = m\n")
+    code += (f"sys.argv = ['x', {str(argfile)!r}]\n"
+             f"runpy.run_path({str(ROOT / 'plugins' / 'modules' / 'torchdev_observe.py')!r}, run_name='__main__')\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout)
+
+
 def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):
     args = {"ANSIBLE_MODULE_ARGS": {"namespace": "default", "queries": {
         "ns": {"api_version": "v1", "plural": "namespaces", "name": "default", "cluster": True},
@@ -66,19 +87,7 @@ def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):
         "classes": {"api_version": "storage.k8s.io/v1", "plural": "storageclasses", "label_selector": "!x",
                     "cluster": True},
     }}}
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps(args))
-    env = dict(os.environ, K8S_AUTH_KUBECONFIG=kubesim.kubeconfig)
-    code = (
-        "import sys, importlib.util, runpy;"
-        f"spec = importlib.util.spec_from_file_location('ansible.module_utils.torchdev_k8s', {str(ROOT / 'plugins' / 'module_utils' / 'torchdev_k8s.py')!r});"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"
-        "sys.modules['ansible.module_utils.torchdev_k8s'] = m;"
-        f"sys.argv = ['x', {str(argfile)!r}];"
-        f"runpy.run_path({str(ROOT / 'plugins' / 'modules' / 'torchdev_observe.py')!r}, run_name='__main__')"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    result = json.loads(out.stdout)
+    result = run_module(kubesim, args, tmp_path)
     assert not result.get("failed"), result
     objects = result["objects"]
     assert objects["ns"]["metadata"]["name"] == "default"
@@ -86,3 +95,141 @@ def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):
     assert {o["metadata"]["name"] for o in objects["classes"]} >= {"gp3", "efs-sc"}
     assert all(o["kind"] == "StorageClass" for o in objects["classes"])
     assert kubesim.writes() == 0
+
+
+# -- kueue: one module run observes Kueue too ----------------------------------------------
+KUEUE_OPTIONS = {"local_queue": "torchdev", "workload_owner": "statefulset", "user_label": "torchdev.io/user",
+                 "resource_flavor": "gpu-2"}
+
+
+def _sts_query(name):
+    return {"statefulset": {"api_version": "apps/v1", "plural": "statefulsets", "name": name}}
+
+
+def test_kueue_absent_costs_one_discovery_request(kubesim, tmp_path):
+    kubesim.reset_metrics()
+    result = run_module(kubesim, {"ANSIBLE_MODULE_ARGS": {"namespace": "default", "queries": _sts_query("x"),
+                                                          "kueue": KUEUE_OPTIONS}}, tmp_path)
+    assert result["kueue"] == {"served": False, "resource_flavor": None, "local_queue": None, "workload": None,
+                               "pending": None, "priority_class": None}
+    paths = [r["path"] for r in kubesim.requests()]
+    assert paths == ["/apis/apps/v1/namespaces/default/statefulsets/x", "/apis/kueue.x-k8s.io/v1beta2"]
+
+
+@pytest.fixture(scope="module")
+def kueue_sim():
+    from kubesim import kueue as kq
+    from kubesim.testing import KubeSim
+
+    if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
+        pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()}")
+    with KubeSim(nodes="gpu:1x{cpu:64,memory:256Gi,nvidia.com/gpu:8}", kueue=True) as sim:
+        # A DevUser kind to read the fallback priority class from (the module needs only its spec.queue).
+        sim.call(sim.api.create, "customresourcedefinitions.apiextensions.k8s.io", {
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "devusers.torchdev.io"},
+            "spec": {"group": "torchdev.io", "scope": "Cluster",
+                     "names": {"plural": "devusers", "singular": "devuser", "kind": "DevUser"},
+                     "versions": [{"name": "v1alpha1", "served": True, "storage": True, "schema": {
+                         "openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                             "type": "object", "properties": {"queue": {"type": "object", "properties": {
+                                 "priorityClass": {"type": "string"}}}}}}}}}]}})
+        v1b2 = kq.API_VERSION
+        for obj in (
+                {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "dev-jane", "labels": {"torchdev.io/user": "jane"}}},
+                {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevUser", "metadata": {"name": "jane"},
+                 "spec": {"queue": {"priorityClass": "torchdev-low"}}},
+                {"apiVersion": v1b2, "kind": "WorkloadPriorityClass", "metadata": {"name": "torchdev-high"},
+                 "value": 10000},
+                {"apiVersion": v1b2, "kind": "ResourceFlavor", "metadata": {"name": "gpu-2"}, "spec": {}},
+                {"apiVersion": v1b2, "kind": "ClusterQueue", "metadata": {"name": "torchdev-jane"},
+                 "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                     "coveredResources": ["nvidia.com/gpu"],
+                     "flavors": [{"name": "gpu-2", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 2}]}]}]}},
+                {"apiVersion": v1b2, "kind": "LocalQueue", "metadata": {"name": "torchdev", "namespace": "dev-jane"},
+                 "spec": {"clusterQueue": "torchdev-jane"}}):
+            sim.call(sim.api.create, _resource(obj), obj, namespace=obj["metadata"].get("namespace"))
+        for name in ("a", "b"):
+            sim.call(sim.api.create, "statefulsets.apps", _gpu_sts(name), namespace="dev-jane")
+        yield sim
+
+
+def _resource(obj):
+    group = obj["apiVersion"].rpartition("/")[0]
+    plural = {"WorkloadPriorityClass": "workloadpriorityclasses"}.get(obj["kind"], obj["kind"].lower() + "s")
+    return plural + ("." + group if group else "")
+
+
+def _gpu_sts(name):
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": "dev-jane", "labels": {"kueue.x-k8s.io/queue-name": "torchdev"}},
+            "spec": {"replicas": 1, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{
+                         "name": "main", "image": "busybox",
+                         "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "2"}}}]}}}}
+
+
+def _observe(sim, tmp_path, sts, **options):
+    result = run_module(sim, {"ANSIBLE_MODULE_ARGS": {"namespace": "dev-jane", "queries": _sts_query(sts),
+                                                      "kueue": dict(KUEUE_OPTIONS, **options)}}, tmp_path)
+    assert not result.get("failed"), result
+    return result["kueue"]
+
+
+def _workload_settled(sim, name, admitted):
+    def check():
+        for wl in sim.call(sim.api.list, "workloads.kueue.x-k8s.io", "dev-jane")["items"]:
+            if wl["metadata"]["ownerReferences"][0]["name"] == name:
+                conds = {c["type"]: c for c in wl.get("status", {}).get("conditions", [])}
+                got = conds.get("Admitted", {}).get("status") == "True"
+                return got if admitted else conds.get("QuotaReserved", {}).get("reason") == "Pending"
+        return False
+    sim.wait_for(check, message=f"workload of {name} admitted={admitted}")
+
+
+def test_kueue_pending_workload_and_position(kueue_sim, tmp_path):
+    _workload_settled(kueue_sim, "a", True)
+    _workload_settled(kueue_sim, "b", False)
+    kueue_sim.reset_metrics()
+    got = _observe(kueue_sim, tmp_path, "b")
+    assert got["served"] is True
+    assert got["resource_flavor"]["metadata"]["name"] == "gpu-2"
+    assert got["local_queue"]["spec"]["clusterQueue"] == "torchdev-jane"
+    assert got["workload"]["metadata"]["ownerReferences"][0]["name"] == "b"
+    assert got["pending"]["metadata"]["name"] == got["workload"]["metadata"]["name"]
+    assert got["pending"]["positionInClusterQueue"] == 0
+    # the server exists: its priority class (the DevUser's) is not checked again
+    assert got["priority_class"] == {"name": "torchdev-low", "source": "DevUser jane spec.queue.priorityClass",
+                                     "exists": None}
+    assert kueue_sim.writes() == 0
+    assert "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/dev-jane/localqueues/torchdev/pendingworkloads" in \
+        [r["path"] for r in kueue_sim.requests()]
+
+
+def test_kueue_admitted_workload_has_no_pending_entry(kueue_sim, tmp_path):
+    _workload_settled(kueue_sim, "a", True)
+    kueue_sim.reset_metrics()
+    got = _observe(kueue_sim, tmp_path, "a", priority_class="torchdev-high")
+    assert got["workload"]["metadata"]["ownerReferences"][0]["name"] == "a"
+    assert got["pending"] is None
+    assert got["priority_class"] == {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": None}
+    paths = [r["path"] for r in kueue_sim.requests()]
+    assert not [p for p in paths if "visibility" in p or p == "/api/v1/namespaces/dev-jane"], paths
+
+
+@pytest.mark.parametrize("priority_class,expected", [
+    ("torchdev-high", {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": True}),
+    ("nope", {"name": "nope", "source": "spec.priorityClassName", "exists": False}),
+    ("", {"name": "torchdev-low", "source": "DevUser jane spec.queue.priorityClass", "exists": False}),
+])
+def test_kueue_priority_class_checked_before_creation(kueue_sim, tmp_path, priority_class, expected):
+    got = _observe(kueue_sim, tmp_path, "new", priority_class=priority_class)
+    assert got["workload"] is None and got["pending"] is None
+    assert got["priority_class"] == expected
+
+
+def test_kueue_without_local_queue(kueue_sim, tmp_path):
+    got = _observe(kueue_sim, tmp_path, "new", local_queue="missing", resource_flavor="nope")
+    assert got["served"] is True and got["local_queue"] is None and got["resource_flavor"] is None
+    assert got["priority_class"] is None  # nothing will be queued

@@ -64,6 +64,12 @@ def test_invalid_conditions(bad):
     ("None on absent is a no-op", {}, {"sshEndpoint": None}, None, None),
     ("int vs str differs", {"replicas": "1"}, {"replicas": 1}, None, {"replicas": 1}),
     ("status.conditions ignored", {"phase": "Running"}, {"phase": "Running", "conditions": [1]}, None, None),
+    ("None in a map means absent", {"queue": {"name": "q", "workload": "w"}},
+     {"queue": {"name": "q", "workload": "w", "position": None}}, None, None),
+    ("None in a map removes the key", {"queue": {"name": "q", "position": 2}},
+     {"queue": {"name": "q", "position": None}}, None, {"queue": {"name": "q", "position": None}}),
+    ("a new map value", {}, {"queue": {"name": "q", "position": 1, "clusterQueue": None}}, None,
+     {"queue": {"name": "q", "position": 1, "clusterQueue": None}}),
     ("empty live status", None, {"phase": "Pending"}, [cond("Ready", "False")],
      {"phase": "Pending", "conditions": [dict(cond("Ready", "False"), lastTransitionTime=T1)]}),
 ])
@@ -72,6 +78,7 @@ def test_status_patch(name, live, desired, conditions, expect_patch):
     assert patch == expect_patch, name
     if patch is None:
         assert result == (live or {}), name
+    assert None not in [v for value in result.values() if isinstance(value, dict) for v in value.values()], name
 
 
 @pytest.mark.parametrize("api_version,plural,ns,sub,path", [
