@@ -1,0 +1,409 @@
+# -*- coding: utf-8 -*-
+"""Jinja2 filters of the devuser role (one DevUser = one engineer's namespace dev-<name>).
+
+The logic is pure Python (``tests/devuser`` imports this file by path); ``FilterModule``
+at the bottom is a thin adapter that turns ``ValueError`` into ``AnsibleFilterError``
+(torchdev.py's ``_wrap``).
+Quantity parsing and the owner label come from ``torchdev.py`` (loaded by path: filter
+plugins are not importable by name).
+
+Filters
+-------
+``torchdev_devuser_spec(raw_spec, defaults)``
+    The spec merged over the defaults, *without* ``sshPublicKeys`` (they go to the Secret
+    only, rendered by a no_log task; a normalized spec shows up in task results).
+``torchdev_devuser_problem(spec)``
+    ``{reason: InvalidSpec, message}`` for what the CRD cannot check, else None.
+``torchdev_devuser_labels(name, email, component)``
+    The labels of every object the role renders (``torchdev.io/user`` selects them).
+``torchdev_devuser_kueue(discovery)``
+    True when a discovery result (``torchdev_observe`` ``discovery: true``) of
+    kueue.x-k8s.io/v1beta2 serves ClusterQueues and LocalQueues.
+``torchdev_devuser_resource_groups(flavors, quota)``
+    The ClusterQueue ``resourceGroups``: one group, one flavor entry per DevServerFlavor.
+``torchdev_devuser_quota_hard(quota, kueue)`` / ``torchdev_devuser_limits(quota, kueue, default_request)``
+    ResourceQuota ``hard`` and the LimitRange container item.
+``torchdev_devuser_redact(objects)``
+    The objects without the data of Secrets, for task results that are logged.
+``torchdev_devuser_prune(observed, desired, name)``
+    Live objects labelled as this user's that are no longer rendered.
+``torchdev_devuser_replace(observed, desired)``
+    Live objects that must be deleted before they can be applied (a LocalQueue's
+    ``spec.clusterQueue`` is immutable).
+``torchdev_devuser_detach(observed, uid)``
+    Merge patches that drop ownerReferences to the DevUser from retained objects.
+``torchdev_devuser_suspend(devservers)``
+    Merge patches that suspend the DevServers that are not suspended yet.
+``torchdev_devuser_status(name, spec, kueue, generation, problem=None)``
+    The DevUser status and its conditions.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import ipaddress
+import math
+import re
+
+API_VERSION = "torchdev.io/v1alpha1"
+USER_LABEL = "torchdev.io/user"
+MANAGED_BY = "torchdev-operator"
+CPU, MEMORY, GPU = "cpu", "memory", "nvidia.com/gpu"
+# The resources every per-user ClusterQueue covers; any other resource a DevServerFlavor
+# requests (ephemeral-storage, vpc.amazonaws.com/efa) is covered too (Kueue does not admit
+# a Workload that requests a resource its ClusterQueue does not cover) with a quota that
+# never binds before these do.
+QUOTA_RESOURCES = (CPU, MEMORY, GPU)
+# Kueue: at most 64 flavors in a resource group, 64 covered resources.
+MAX_FLAVORS = 64
+_SUFFIX_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
+
+
+def _torchdev():
+    """plugins/filter/torchdev.py, loaded once by path."""
+    import importlib.util
+    import os
+    import sys
+
+    key = "_torchdev_filter_torchdev"
+    if key not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchdev.py")
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[key] = module
+    return sys.modules[key]
+
+
+def _q(value):
+    return _torchdev().parse_quantity(value)
+
+
+def _quantity(value):
+    """A quantity as a manifest string (ints and floats included)."""
+    return _torchdev().quantity(value)
+
+
+def _plain(obj):
+    return _torchdev()._plain(obj)
+
+
+# --------------------------------------------------------------------------- spec
+def _merge(base, over):
+    out = copy.deepcopy(base)
+    for key, value in (over or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def spec(raw_spec, defaults):
+    """``raw_spec`` merged over ``defaults`` (recursively), without the SSH keys."""
+    merged = _merge(_plain(defaults or {}), _plain(raw_spec or {}))
+    merged.pop("sshPublicKeys", None)
+    return merged
+
+
+def problem(spec_):
+    """{reason: InvalidSpec, message} when the spec cannot be served, else None.
+
+    The CRD checks shapes; this checks what its CEL cannot: each CIDR is a network
+    address (``10.1.2.3/8`` has host bits set: the NetworkPolicy would mean 10.0.0.0/8,
+    which is surely not what was meant).
+    """
+    errors = []
+    cidrs = ((spec_ or {}).get("network") or {}).get("sshAllowedCIDRs") or []
+    for i, cidr in enumerate(cidrs):
+        try:
+            ipaddress.ip_network(str(cidr), strict=True)
+        except ValueError as exc:
+            errors.append("spec.network.sshAllowedCIDRs[%d]: %s" % (i, exc))
+    quota = (spec_ or {}).get("quota") or {}
+    for field in ("cpu", "memory", "storage"):
+        if field in quota and not _torchdev().is_quantity(quota[field]):
+            errors.append("spec.quota.%s: invalid quantity %r" % (field, quota[field]))
+    return {"reason": "InvalidSpec", "message": "; ".join(errors)} if errors else None
+
+
+# --------------------------------------------------------------------------- labels
+def labels(name, email, component):
+    """The labels of the objects a DevUser renders."""
+    return {
+        "app.kubernetes.io/name": "devuser",
+        "app.kubernetes.io/instance": str(name),
+        "app.kubernetes.io/component": str(component),
+        "app.kubernetes.io/part-of": "torchdev",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        USER_LABEL: str(name),
+        "torchdev.io/owner": _torchdev().owner_label(email),
+    }
+
+
+# --------------------------------------------------------------------------- Kueue
+def kueue_served(discovery):
+    """Is Kueue usable? ``discovery``: resource names of kueue.x-k8s.io/v1beta2, or None."""
+    return bool(discovery) and {"clusterqueues", "localqueues"} <= set(discovery)
+
+
+def _flavor_requests(flavor_spec):
+    """Per-pod requests of a flavor, {resource: quantity} (a limit stands in for a missing
+    request, as the apiserver defaults it), zero requests dropped."""
+    res = (flavor_spec or {}).get("resources") or {}
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    out = {}
+    for key in sorted(set(requests) | set(limits)):
+        value = requests[key] if key in requests else limits[key]
+        if _q(value) > 0:
+            out[str(key)] = value
+    count = int(((flavor_spec or {}).get("gpu") or {}).get("count") or 0)
+    if count > 0:
+        out[GPU] = count
+    return out
+
+
+def _scale(value, factor):
+    """``value`` (a quantity) times an integer, keeping its suffix: 20Gi x 3 = 60Gi."""
+    if factor == 0:
+        return "0"
+    match = _SUFFIX_RE.match(_quantity(value))
+    number, suffix = match.group(1), match.group(2)
+    product = _q(number) * factor
+    text = format(product.normalize(), "f") if product != product.to_integral_value() else str(int(product))
+    return text + suffix
+
+
+def _live(objects):
+    return [o for o in objects or [] if o and not (o.get("metadata") or {}).get("deletionTimestamp")]
+
+
+def resource_groups(flavors, quota):
+    """The ClusterQueue's ``resourceGroups`` for the DevServerFlavors ``flavors`` (live objects).
+
+    One group covering cpu, memory, nvidia.com/gpu and any other resource a flavor requests;
+    one entry per flavor (sorted by name, at most 64: Kueue's limit) with the nominal quotas
+    ``quota.flavors[name]`` or ``quota.cpu`` / ``quota.memory`` / ``quota.gpus`` (GPUs only for
+    flavors that have GPUs).  Another resource's quota is what the most pods of that flavor
+    the cpu/memory/GPU quotas admit would request: it never binds first.  No flavors: no group
+    (a group needs at least one flavor).
+    """
+    quota = quota or {}
+    overrides = {str(o.get("name")): o for o in quota.get("flavors") or [] if o.get("name")}
+    chosen = sorted(_live(flavors), key=lambda f: f["metadata"]["name"])[:MAX_FLAVORS]
+    if not chosen:
+        return []
+    requests = {f["metadata"]["name"]: _flavor_requests(f.get("spec")) for f in chosen}
+    extra = sorted({r for req in requests.values() for r in req} - set(QUOTA_RESOURCES))
+    covered = list(QUOTA_RESOURCES) + extra
+    entries = []
+    for fl in chosen:
+        name = fl["metadata"]["name"]
+        req = requests[name]
+        over = overrides.get(name, {})
+        nominal = {
+            CPU: _quantity(over.get("cpu", quota.get("cpu", "64"))),
+            MEMORY: _quantity(over.get("memory", quota.get("memory", "256Gi"))),
+            GPU: str(int(over["gpus"]) if "gpus" in over else (int(quota.get("gpus", 0)) if GPU in req else 0)),
+        }
+        pods = [int(math.floor(_q(nominal[r]) / _q(req[r]))) for r in QUOTA_RESOURCES if r in req]
+        most = min(pods) if pods else 0
+        for r in extra:
+            nominal[r] = _scale(req[r], most) if r in req else "0"
+        entries.append({"name": name, "resources": [{"name": r, "nominalQuota": nominal[r]} for r in covered]})
+    return [{"coveredResources": covered, "flavors": entries}]
+
+
+# --------------------------------------------------------------------------- namespace quota
+def quota_hard(quota, kueue):
+    """ResourceQuota ``hard``: storage, claims and DevServers always; without Kueue also the
+    namespace's GPUs, CPU and memory (with Kueue the ClusterQueue holds those)."""
+    quota = quota or {}
+    hard = {
+        "requests.storage": _quantity(quota.get("storage", "2Ti")),
+        "persistentvolumeclaims": str(int(quota.get("persistentVolumeClaims", 32))),
+        "count/devservers.torchdev.io": str(int(quota.get("devServers", 10))),
+    }
+    if not kueue:
+        hard.update({
+            "requests.cpu": _quantity(quota.get("cpu", "64")),
+            "requests.memory": _quantity(quota.get("memory", "256Gi")),
+            "requests.nvidia.com/gpu": str(int(quota.get("gpus", 0))),
+        })
+    return hard
+
+
+def limits(quota, kueue, default_request):
+    """The LimitRange item for containers: ``max`` cpu/memory = the most the user may use
+    (the namespace quota, or with Kueue the largest per-flavor quota), ``defaultRequest``
+    from the role (so a pod without requests still counts against a quota), capped at max.
+    No GPU entry: a LimitRange max on an extended resource would become every container's
+    default limit, and so its request."""
+    quota = quota or {}
+    result = {"type": "Container", "max": {}, "defaultRequest": {}}
+    for res, default in ((CPU, "64"), (MEMORY, "256Gi")):
+        values = [quota.get(res, default)]
+        if kueue:
+            values += [o[res] for o in quota.get("flavors") or [] if res in o]
+        most = max(values, key=_q)
+        result["max"][res] = _quantity(most)
+        want = (default_request or {}).get(res)
+        if want is not None:
+            result["defaultRequest"][res] = _quantity(want if _q(want) <= _q(most) else most)
+    if not result["defaultRequest"]:
+        del result["defaultRequest"]
+    return result
+
+
+# --------------------------------------------------------------------------- apply helpers
+def _key(obj):
+    return _torchdev().object_key(obj)
+
+
+def _ref(obj):
+    meta = obj.get("metadata") or {}
+    ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {"name": meta.get("name")}}
+    if meta.get("namespace"):
+        ref["metadata"]["namespace"] = meta["namespace"]
+    return ref
+
+
+def redact(objects):
+    """The objects with the data of Secrets left out (for task results that are logged)."""
+    out = []
+    for obj in objects or []:
+        if obj and obj.get("kind") == "Secret":
+            obj = {k: v for k, v in obj.items() if k not in ("data", "stringData")}
+        out.append(obj)
+    return out
+
+
+def prune(observed, desired, name):
+    """Live objects labelled ``torchdev.io/user: <name>`` (ours) that are not desired any more,
+    e.g. the NetworkPolicy allow-ssh when sshAllowedCIDRs became empty, or the per-user
+    ClusterQueue when spec.queue.clusterQueue names another one.  The Namespace is never pruned."""
+    wanted = {_key(o) for o in desired or []}
+    out = []
+    for live in observed or []:
+        if not live or _key(live) in wanted or live.get("kind") == "Namespace":
+            continue
+        meta = live.get("metadata") or {}
+        lab = meta.get("labels") or {}
+        if lab.get(USER_LABEL) == str(name) and lab.get("app.kubernetes.io/managed-by") == MANAGED_BY \
+                and not meta.get("deletionTimestamp"):
+            out.append(_ref(live))
+    return out
+
+
+def replace(observed, desired):
+    """Live LocalQueues whose (immutable) spec.clusterQueue differs from the desired one:
+    they are deleted, then created again by the apply."""
+    live = {_key(o): o for o in observed or [] if o}
+    out = []
+    for obj in desired or []:
+        if obj.get("kind") != "LocalQueue":
+            continue
+        cur = live.get(_key(obj))
+        if cur and (cur.get("spec") or {}).get("clusterQueue") != (obj.get("spec") or {}).get("clusterQueue"):
+            out.append(_ref(cur))
+    return out
+
+
+def detach(observed, uid):
+    """Merge patches that remove ownerReferences to ``uid`` (the DevUser) from live objects.
+
+    Objects that must outlive a DevUser (namespace, volumes, Secret) never get an
+    ownerReference from the role, but a proxy may inject one on create (ansible-operator
+    does for a cluster-scoped owner); the garbage collector would then delete them with
+    the DevUser.  A merge patch replaces the whole list: the other references are kept."""
+    out = []
+    for live in observed or []:
+        if not live:
+            continue
+        refs = (live.get("metadata") or {}).get("ownerReferences") or []
+        keep = [r for r in refs if r.get("uid") != uid]
+        if len(keep) != len(refs):
+            patch = _ref(live)
+            patch["metadata"]["ownerReferences"] = _plain(keep)
+            out.append(patch)
+    return out
+
+
+def suspend(devservers):
+    """Merge patches setting spec.suspend on the DevServers not suspended yet."""
+    out = []
+    for ds in _live(devservers):
+        if (ds.get("spec") or {}).get("suspend") is True:
+            continue
+        patch = _ref(ds)
+        patch["apiVersion"] = ds.get("apiVersion") or API_VERSION
+        patch["kind"] = ds.get("kind") or "DevServer"
+        patch["spec"] = {"suspend": True}
+        out.append(patch)
+    return out
+
+
+# --------------------------------------------------------------------------- status
+def status(name, spec_, kueue, generation, problem_=None, names=None):
+    """The DevUser status: ``names`` maps namespace / sharedClaim / localQueue / clusterQueue
+    to the names the role uses.  ``problem_`` ({reason, message}) is a permanent problem
+    (InvalidSpec): phase Failed; otherwise Active with Ready True."""
+    names = names or {}
+    spec_ = spec_ or {}
+    cluster_queue = (spec_.get("queue") or {}).get("clusterQueue") or names.get("clusterQueue")
+    generation = int(generation or 0)
+    result = {
+        "namespace": names.get("namespace"),
+        "sharedVolumeClaimName": names.get("sharedClaim"),
+        "kueue": bool(kueue),
+        "queueName": names.get("localQueue") if kueue else None,
+        "clusterQueue": cluster_queue if kueue else None,
+        "observedGeneration": generation,
+    }
+    if problem_:
+        result["phase"] = "Failed"
+        conditions = [
+            {"type": "Ready", "status": "False", "reason": "ReconcileFailed", "message": problem_["message"]},
+            {"type": "Degraded", "status": "True", "reason": problem_["reason"], "message": problem_["message"]},
+        ]
+    else:
+        result["phase"] = "Active"
+        message = "namespace %s is ready" % names.get("namespace")
+        if kueue:
+            message += "; LocalQueue %s -> ClusterQueue %s" % (names.get("localQueue"), cluster_queue)
+        else:
+            message += "; Kueue not found: the ResourceQuota caps GPUs, CPU and memory"
+        conditions = [
+            {"type": "Ready", "status": "True", "reason": "UserReady", "message": message},
+            {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": ""},
+        ]
+    for cond in conditions:
+        cond["observedGeneration"] = generation
+    result["conditions"] = conditions
+    return result
+
+
+class FilterModule(object):
+    """devuser filters."""
+
+    _FILTERS = {
+        "torchdev_devuser_spec": spec,
+        "torchdev_devuser_problem": problem,
+        "torchdev_devuser_labels": labels,
+        "torchdev_devuser_kueue": kueue_served,
+        "torchdev_devuser_resource_groups": resource_groups,
+        "torchdev_devuser_quota_hard": quota_hard,
+        "torchdev_devuser_limits": limits,
+        "torchdev_devuser_redact": redact,
+        "torchdev_devuser_prune": prune,
+        "torchdev_devuser_replace": replace,
+        "torchdev_devuser_detach": detach,
+        "torchdev_devuser_suspend": suspend,
+        "torchdev_devuser_status": status,
+    }
+
+    def filters(self):
+        # torchdev.py's adapter: ValueError / TypeError / KeyError -> AnsibleFilterError
+        return {name: _torchdev()._wrap(func) for name, func in self._FILTERS.items()}

@@ -1,0 +1,162 @@
+"""End to end without Kueue: kubesim + the local runtime + the real roles (watches.yaml).
+
+Nothing is mocked: the devuser role runs through ansible-runner against the simulator over
+HTTP.  Without Kueue no LocalQueue or ClusterQueue is rendered and the ResourceQuota caps
+GPUs, CPU and memory.
+"""
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from _devuser_helpers import (GROUP, KEY, VERSION, assert_reconcile_writes_nothing, condition, create_devuser,
+                              get_devuser, gone, wait_ready)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+KUEUE = False
+
+
+def _owner_uids(obj) -> list[str]:
+    return [r.uid for r in obj.metadata.owner_references or []]
+
+
+def test_create_to_ready(sim, kube, runtime):
+    create_devuser(kube, "alice", quota={"gpus": 2, "cpu": "16", "memory": "64Gi"})
+    obj = wait_ready(sim, kube, "alice")
+    st = obj["status"]
+    assert st["phase"] == "Active" and st["namespace"] == "dev-alice"
+    assert st["kueue"] is False and "queueName" not in st and "clusterQueue" not in st
+    assert st["sharedVolumeClaimName"] == "alice-shared-efs"
+    assert condition(obj, "Degraded")["reason"] == "AsExpected"
+    assert KEY.split()[1] not in str(st)  # no key material in the status
+    uid = obj["metadata"]["uid"]
+
+    core = kube["core"]
+    ns = core.read_namespace("dev-alice")
+    assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert ns.metadata.labels["torchdev.io/user"] == "alice"
+    assert not _owner_uids(ns)  # must outlive a Retain deletion
+    rb = kube["rbac"].read_namespaced_role_binding("devserver-user", "dev-alice")
+    assert rb.role_ref.name == "torchdev-devserver-user" and rb.role_ref.kind == "ClusterRole"
+    assert [(s.kind, s.name) for s in rb.subjects] == [("User", "alice@example.com")]
+    assert _owner_uids(rb) == [uid]
+    hard = core.read_namespaced_resource_quota("torchdev-quota", "dev-alice").spec.hard
+    assert hard["requests.nvidia.com/gpu"] == "2"  # no Kueue: the namespace quota caps GPUs
+    assert hard["requests.cpu"] == "16" and hard["requests.memory"] == "64Gi"
+    assert hard["count/devservers.torchdev.io"] == "10"
+    limits = core.read_namespaced_limit_range("torchdev-limits", "dev-alice").spec.limits
+    assert limits[0].max == {"cpu": "16", "memory": "64Gi"}
+    policies = {p.metadata.name: p for p in kube["net"].list_namespaced_network_policy("dev-alice").items}
+    assert set(policies) == {"default-deny", "allow-same-namespace", "allow-ssh"}
+    assert [f.ip_block.cidr for f in policies["allow-ssh"].spec.ingress[0]._from] == ["10.0.0.0/8"]
+    pvc = core.read_namespaced_persistent_volume_claim("alice-shared-efs", "dev-alice")
+    assert pvc.spec.access_modes == ["ReadWriteMany"] and pvc.spec.storage_class_name == "efs-sc"
+    assert not _owner_uids(pvc)
+    secret = core.read_namespaced_secret("ssh-public-keys", "dev-alice")
+    assert base64.b64decode(secret.data["authorized_keys"]).decode() == KEY + "\n"
+    # Kueue is not served: nothing of it was rendered (nor could it be)
+    assert gone(kube["custom"].list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "clusterqueues")
+
+
+def test_reconcile_of_unchanged_devuser_writes_nothing(sim, kube, runtime):
+    create_devuser(kube, "idem")
+    wait_ready(sim, kube, "idem")
+    assert_reconcile_writes_nothing(sim, runtime, "idem")
+
+
+def test_spec_change_and_drift_are_reconciled(sim, kube, runtime):
+    create_devuser(kube, "bob")
+    wait_ready(sim, kube, "bob")
+    kube["custom"].patch_cluster_custom_object(GROUP, VERSION, "devusers", "bob", {
+        "spec": {"quota": {"gpus": 4}, "network": {"sshAllowedCIDRs": []}, "sshPublicKeys": []}})
+    wait_ready(sim, kube, "bob")
+    core = kube["core"]
+    assert core.read_namespaced_resource_quota("torchdev-quota", "dev-bob").spec.hard["requests.nvidia.com/gpu"] == "4"
+    # no sources: no allow-ssh policy at all (an empty `from` would allow every source)
+    assert {p.metadata.name for p in kube["net"].list_namespaced_network_policy("dev-bob").items} == {
+        "default-deny", "allow-same-namespace"}
+    assert core.read_namespaced_secret("ssh-public-keys", "dev-bob").data["authorized_keys"] == ""
+    # A deleted policy is a dependent event: the DevUser is reconciled and the policy is back.
+    kube["net"].delete_namespaced_network_policy("default-deny", "dev-bob")
+    sim.wait_for(lambda: not gone(kube["net"].read_namespaced_network_policy, "default-deny", "dev-bob"), 120,
+                 interval=0.2, message="default-deny to be re-created")
+
+
+def test_injected_owner_reference_is_dropped(sim, kube, runtime):
+    """ansible-operator's proxy would put an ownerReference to the (cluster-scoped) DevUser on
+    objects created with a POST: the role removes it from everything that must survive Retain."""
+    obj = create_devuser(kube, "carol")
+    wait_ready(sim, kube, "carol")
+    ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "name": "carol", "uid": obj["metadata"]["uid"]}
+    core = kube["core"]
+    cm = core.create_namespaced_config_map("dev-carol", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                         "metadata": {"name": "keep-me"}})
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep-me", "uid": cm.metadata.uid}
+    core.patch_namespace("dev-carol", {"metadata": {"ownerReferences": [ref]}})
+    core.patch_namespaced_persistent_volume_claim("carol-shared-efs", "dev-carol",
+                                                  {"metadata": {"ownerReferences": [other, ref]}})
+    sim.wait_for(lambda: not _owner_uids(core.read_namespace("dev-carol")), 120, interval=0.2,
+                 message="the namespace's ownerReference to be dropped")
+    sim.wait_for(lambda: _owner_uids(core.read_namespaced_persistent_volume_claim("carol-shared-efs", "dev-carol"))
+                 == [cm.metadata.uid], 120, interval=0.2, message="the claim's ownerReference to be dropped")
+
+
+def test_invalid_cidr_is_degraded(sim, kube, runtime):
+    create_devuser(kube, "dave", network={"sshAllowedCIDRs": ["10.1.2.3/8"]})
+
+    def degraded():
+        obj = get_devuser(kube, "dave")
+        return obj if condition(obj, "Degraded").get("reason") == "InvalidSpec" else None
+    obj = sim.wait_for(degraded, 120, interval=0.2, message="Degraded/InvalidSpec")
+    assert obj["status"]["phase"] == "Failed"
+    assert "sshAllowedCIDRs[0]" in condition(obj, "Degraded")["message"]
+    assert condition(obj, "Ready")["reason"] == "ReconcileFailed"
+
+    def warnings():  # cluster-scoped DevUser: its Events are in namespace default
+        events = kube["core"].list_namespaced_event("default", field_selector="involvedObject.name=dave").items
+        return [e for e in events if e.type == "Warning"]
+    (event,) = sim.wait_for(warnings, 60, interval=0.2, message="a Warning Event")
+    assert event.reason == "InvalidSpec" and "10.1.2.3/8" in event.message
+    assert event.involved_object.kind == "DevUser"
+    assert gone(kube["core"].read_namespace, "dev-dave")  # nothing was created
+
+
+def _devserver(name: str, email: str) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer", "metadata": {"name": name},
+            "spec": {"owner": email, "flavor": "cpu-small", "sshKeySecretRef": {"name": "ssh-public-keys"}}}
+
+
+def test_delete_with_retain_keeps_namespace_and_volumes(sim, kube, runtime):
+    create_devuser(kube, "erin")
+    wait_ready(sim, kube, "erin")
+    custom = kube["custom"]
+    custom.create_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers", _devserver("box", "erin@example.com"))
+    sim.wait_for(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers", "box")
+                 .get("status", {}).get("phase") == "Running", 120, interval=0.2, message="the DevServer to run")
+
+    custom.delete_cluster_custom_object(GROUP, VERSION, "devusers", "erin")
+    sim.wait_for(lambda: gone(get_devuser, kube, "erin"), 120, interval=0.2, message="the DevUser to go")
+    core = kube["core"]
+    assert core.read_namespace("dev-erin").metadata.deletion_timestamp is None
+    assert core.read_namespaced_persistent_volume_claim("erin-shared-efs", "dev-erin").metadata.deletion_timestamp is None
+    assert core.read_namespaced_persistent_volume_claim("home-box-0", "dev-erin").metadata.deletion_timestamp is None
+    assert core.read_namespaced_secret("ssh-public-keys", "dev-erin")
+    assert gone(kube["rbac"].read_namespaced_role_binding, "devserver-user", "dev-erin")  # access removed
+    ds = custom.get_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers", "box")
+    assert ds["spec"]["suspend"] is True
+    sim.wait_for(lambda: not core.list_namespaced_pod("dev-erin").items, 120, interval=0.2,
+                 message="the suspended server's pod to go")
+    # the garbage collector had nothing of the retained objects to collect
+    assert not _owner_uids(core.read_namespace("dev-erin"))
+
+
+def test_delete_with_delete_removes_the_namespace(sim, kube, runtime):
+    create_devuser(kube, "frank", deletionPolicy="Delete")
+    wait_ready(sim, kube, "frank")
+    kube["custom"].delete_cluster_custom_object(GROUP, VERSION, "devusers", "frank")
+    sim.wait_for(lambda: gone(kube["core"].read_namespace, "dev-frank"), 120, interval=0.2,
+                 message="dev-frank to be deleted")
+    sim.wait_for(lambda: gone(get_devuser, kube, "frank"), 120, interval=0.2, message="the DevUser to go")
+    runs = [r for r in runtime.history("DevUser") if r.name == "frank"]
+    assert [r.ok for r in runs if r.finalizer_run] == [True], runs
