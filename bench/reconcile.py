@@ -7,7 +7,10 @@
    `kubernetes.core.k8s_info` task, measured alternately in the same run.
    Printed as a ratio (target <= 1.5).
 2. 50 DevServers created at once with the local runtime running: seconds until all
-   are Ready (target < 60 s on a 2-core machine).
+   are Ready (target < 60 s on a 2-core machine). The runtime starts Ansible's Python
+   processes from its fork server (torchdev_runtime/forkserver.py) unless
+   TORCHDEV_FORKSERVER=0, which gives the figure for a fresh process per run, as under
+   ansible-operator.
 """
 from __future__ import annotations
 
@@ -161,7 +164,8 @@ def bench_burst(n: int, concurrency: int | None) -> float:
             rt.stop()
         print(f"burst: {n} DevServers created at once, all Ready after {elapsed:.1f} s "
               f"(target < 60 s; {os.cpu_count()} CPUs, max concurrent reconciles "
-              f"{rt.watches[0].max_concurrent_reconciles}; reconciles run: {counters.get('started')})")
+              f"{rt.watches[0].max_concurrent_reconciles}; reconciles run: {counters.get('started')}; "
+              f"fork server {'on' if rt.use_forkserver else 'off (TORCHDEV_FORKSERVER=0)'})")
         return elapsed
 
 

@@ -530,7 +530,10 @@ class Controller:
 
     def _log_run(self, kname: str, run: RunResult) -> None:
         what = "finalizer" if run.finalizer_run else "reconcile"
-        if run.successful:
+        if run.requeue_after is not None:
+            log.info("%s %s: %s %s, requeue after %s", self.gvk.kind, kname, what,
+                     run.summary(), format_duration(run.requeue_after))
+        elif run.successful:
             log.info("%s %s: %s %s", self.gvk.kind, kname, what, run.summary())
         else:
             log.warning("%s %s: %s FAILED %s", self.gvk.kind, kname, what, run.summary())

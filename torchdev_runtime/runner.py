@@ -15,6 +15,9 @@ Mirrors internal/ansible/runner/runner.go of operator-framework/ansible-operator
   finalizer only has vars;
 * ``K8S_AUTH_KUBECONFIG`` and ``KUBECONFIG`` point at the runtime's kubeconfig (the real
   operator points them at its owner-reference-injecting proxy);
+* ``ANSIBLE_ROLES_PATH`` is the role's directory only (ansible-runner would append the
+  run's empty ``<private_data_dir>/roles``), so every run has the same configuration and the
+  fork server (torchdev_runtime/forkserver.py) can preload ansible;
 * verbosity: the watch's (``ANSIBLE_VERBOSITY_<KIND>_<GROUP>``, default 2), overridden by
   the ``ansible.sdk.operatorframework.io/verbosity`` annotation.
 
@@ -200,7 +203,8 @@ class AnsibleRunner:
     def __init__(self, watch: Watch, kubeconfig: str, *, ansible_config: str | None = None,
                  work_dir: str | None = None, gather_facts: bool = False,
                  keep_artifacts: bool = False, extra_env: dict[str, str] | None = None,
-                 cmdline: str | None = None):
+                 cmdline: str | None = None, python: str | None = None,
+                 playbook_command: list[str] | None = None):
         self.watch = watch
         self.kubeconfig = os.path.abspath(kubeconfig)
         self.ansible_config = os.path.abspath(ansible_config) if ansible_config else None
@@ -208,6 +212,8 @@ class AnsibleRunner:
         self.keep_artifacts = keep_artifacts
         self.extra_env = dict(extra_env or {})
         self.cmdline = cmdline
+        # replaces ansible-runner's "ansible-playbook" (the fork server's client + the script)
+        self.playbook_command = playbook_command
         self._own_work_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="torchdev-runtime-")
         self._lock = threading.Lock()
@@ -215,9 +221,7 @@ class AnsibleRunner:
         self.prep_dir = os.path.join(self.work_dir, gk)
         os.makedirs(self.prep_dir, exist_ok=True)
         self.inventory = os.path.join(self.prep_dir, "hosts")
-        with open(self.inventory, "w", encoding="utf-8") as fh:
-            fh.write(f"localhost ansible_connection=local "
-                     f"ansible_python_interpreter={sys.executable}\n")
+        self.set_python(python or sys.executable)
         self.main = self._prepare(watch.playbook, watch.role, "main")
         fin = watch.finalizer
         if fin is None:
@@ -226,6 +230,11 @@ class AnsibleRunner:
             self.finalizer = self._prepare(fin.playbook, fin.role, "finalizer")
         else:
             self.finalizer = self.main
+
+    def set_python(self, python: str) -> None:
+        """The interpreter of module runs (the inventory's ansible_python_interpreter)."""
+        with open(self.inventory, "w", encoding="utf-8") as fh:
+            fh.write(f"localhost ansible_connection=local ansible_python_interpreter={python}\n")
 
     def _prepare(self, playbook: str, role: str, name: str) -> dict[str, Any]:
         """Returns {"playbook": path, "roles_path": str|None} (playbook wins, like Go)."""
@@ -239,6 +248,41 @@ class AnsibleRunner:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump([play], fh)
         return {"playbook": path, "roles_path": role_dir}
+
+    def static_env(self, target: dict[str, Any] | None = None) -> dict[str, str]:
+        """The environment variables of a run that do not depend on the object."""
+        env = {
+            "K8S_AUTH_KUBECONFIG": self.kubeconfig,
+            "KUBECONFIG": self.kubeconfig,
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+        if self.ansible_config:
+            env["ANSIBLE_CONFIG"] = self.ansible_config
+        target = target or self.main
+        if target["roles_path"]:
+            env["ANSIBLE_ROLES_PATH"] = target["roles_path"]
+        env.update(self.extra_env)
+        return env
+
+    def server_env(self) -> dict[str, str]:
+        """The environment ansible-runner gives ``ansible-playbook``, minus per-run paths.
+
+        The fork server for playbook runs is started with it, so what it imports sees the
+        same configuration as the runs (which re-read it anyway, see forkserver.py).
+        """
+        pdd = tempfile.mkdtemp(prefix="env.", dir=self.prep_dir)
+        try:
+            os.mkdir(os.path.join(pdd, "env"))
+            r = init_runner(private_data_dir=pdd, playbook=self.main["playbook"],
+                            inventory=self.inventory, envvars=self.static_env(), ident="env",
+                            quiet=True, cancel_callback=lambda: False)
+            env = dict(r.config.env)
+        finally:
+            shutil.rmtree(pdd, ignore_errors=True)
+        for key in ("AWX_ISOLATED_DATA_DIR", "ANSIBLE_CACHE_PLUGIN_CONNECTION"):
+            env.pop(key, None)
+        return env
 
     def close(self) -> None:
         if self._own_work_dir and not self.keep_artifacts:
@@ -271,18 +315,7 @@ class AnsibleRunner:
             os.mkdir(env_dir)
             with open(os.path.join(env_dir, "extravars"), "w", encoding="utf-8") as fh:
                 json.dump(make_parameters(self.watch, obj), fh, default=str)
-            envvars = {
-                "K8S_AUTH_KUBECONFIG": self.kubeconfig,
-                "KUBECONFIG": self.kubeconfig,
-                "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-                "ANSIBLE_NOCOLOR": "1",
-            }
-            if self.ansible_config:
-                envvars["ANSIBLE_CONFIG"] = self.ansible_config
-            if target["roles_path"]:
-                envvars["ANSIBLE_ROLES_PATH"] = target["roles_path"] + ":" + \
-                    os.path.join(pdd, "roles")
-            envvars.update(self.extra_env)
+            envvars = self.static_env(target)
             events: list[dict[str, Any]] = []
 
             def on_event(ev: dict[str, Any]) -> bool:
@@ -299,6 +332,8 @@ class AnsibleRunner:
                 kwargs["cmdline"] = self.cmdline
             r = init_runner(**kwargs)
             r.runner_mode = "subprocess"
+            if self.playbook_command and r.config.command[:1] == ["ansible-playbook"]:
+                r.config.command = self.playbook_command + r.config.command[1:]
             status, rc = r.run()
             result.status, result.rc = status, rc
             events.sort(key=lambda e: e.get("counter", 0))
@@ -330,7 +365,10 @@ class AnsibleRunner:
                     result.requeue_after = parse_duration(period)
                 except DurationError as exc:
                     result.requeue_after_error = str(exc)
-                # Go returns from Reconcile here: later events are not looked at
+                # Go returns from Reconcile here: later events are not looked at (only the
+                # stats are kept, for the log and the reconcile history)
+                result.stats_event = next((e for e in events
+                                           if e.get("event") == EVENT_PLAYBOOK_ON_STATS), None)
                 return
             if ev.get("event") == EVENT_RUNNER_ON_FAILED and not event_ignore_error(ev) \
                     and not event_rescued(ev):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .controller import Controller, ReconcileRecord
 from .gotime import format_duration
+from .forkserver import PLAYBOOK_PRELOAD, ForkServer
 from .informer import Informer
 from .kube import ApiError, KubeClient, ResourceInfo, default_kubeconfig
 from .runner import AnsibleRunner
@@ -91,7 +93,8 @@ class Runtime:
                  keep_artifacts: bool = False, work_dir: str | None = None,
                  graceful_shutdown_timeout: float = 30.0,
                  extra_env: Mapping[str, str] | None = None,
-                 health_interval: float = 60.0):
+                 health_interval: float = 60.0,
+                 forkserver: bool | None = None):
         if watches is None:
             if watches_file is None:
                 raise ValueError("watches_file or watches is required")
@@ -117,6 +120,13 @@ class Runtime:
         self.health_interval = health_interval
         self._own_work_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="torchdev-runtime-")
+        # Python processes of the runs (modules) fork from a server with the libraries
+        # imported (torchdev_runtime/forkserver.py); TORCHDEV_FORKSERVER=0 turns it off.
+        if forkserver is None:
+            forkserver = os.environ.get("TORCHDEV_FORKSERVER", "1").lower() not in (
+                "0", "false", "no")
+        self.use_forkserver = forkserver
+        self._forkservers: list[ForkServer] = []
         self._static_deps: dict[GVK, list[GVK]] = {}
         for owner, deps in (dependent_watches or {}).items():
             og = self._resolve_owner(owner)
@@ -174,10 +184,13 @@ class Runtime:
         log.info("torchdev-runtime: %d watch(es), kubeconfig %s, namespaces %s, "
                  "ansible.cfg %s", len(self.watches), self.kubeconfig,
                  ",".join(self.namespaces) or "(all)", self.ansible_config or "(default)")
-        for w in self.watches:
-            runner = AnsibleRunner(w, self.kubeconfig, ansible_config=self.ansible_config,
-                                   work_dir=self.work_dir, gather_facts=self.gather_facts,
-                                   keep_artifacts=self.keep_artifacts, extra_env=self.extra_env)
+        runners = [AnsibleRunner(w, self.kubeconfig, ansible_config=self.ansible_config,
+                                 work_dir=self.work_dir, gather_facts=self.gather_facts,
+                                 keep_artifacts=self.keep_artifacts, extra_env=self.extra_env)
+                   for w in self.watches]
+        if self.use_forkserver and runners:
+            self._start_forkservers(runners)
+        for w, runner in zip(self.watches, runners):
             period = w.reconcile_period if w.reconcile_period != 0 else self.reconcile_period
             ctrl = Controller(self, w, runner, period)
             self.controllers[w.gvk] = ctrl
@@ -195,6 +208,18 @@ class Runtime:
                                                    name="runtime-health", daemon=True)
             self._health_thread.start()
         return self
+
+    def _start_forkservers(self, runners: list[AnsibleRunner]) -> None:
+        """Module runs and ansible-playbook start from fork servers (forkserver.py)."""
+        modules = ForkServer(self.work_dir, "python").start()
+        playbooks = ForkServer(self.work_dir, "ansible-playbook", preload=PLAYBOOK_PRELOAD,
+                               env=runners[0].server_env()).start()
+        self._forkservers = [modules, playbooks]
+        script = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+        for runner in runners:
+            runner.set_python(modules.shim)
+            if os.path.exists(script):
+                runner.playbook_command = [playbooks.shim, script]
 
     def _start_controller(self, ctrl: Controller) -> None:
         try:
@@ -250,6 +275,8 @@ class Runtime:
                         format_duration(timeout))
         if self.client is not None:
             self.client.close()
+        for server in self._forkservers:
+            server.stop()
         if self._own_work_dir and not self.keep_artifacts and clean:
             shutil.rmtree(self.work_dir, ignore_errors=True)
         self._notify()

@@ -1,0 +1,118 @@
+"""The fork server the runtime starts for Ansible's Python processes (torchdev_runtime/forkserver.py).
+
+Each case runs a real server process and its generated client, and compares with what the plain
+interpreter does where that matters."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from torchdev_runtime.forkserver import ForkServer
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fs")
+    env = dict(os.environ, FORKSERVER_TEST="server", ANSIBLE_FORKS="7")
+    srv = ForkServer(str(d), "py", preload=("yaml", "ansible.constants"), env=env).start()
+    yield srv
+    srv.stop()
+
+
+def run(shim, *args, stdin=None, env=None, cwd=None, timeout=60):
+    return subprocess.run([shim, *args], input=stdin, capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
+
+
+def script(tmp_path, body: str, name="s.py") -> str:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return str(p)
+
+
+@pytest.mark.parametrize("body, args, code, out", [
+    ("import sys\nprint('argv', sys.argv[1:])\nsys.exit(3)\n", ["a", "b"], 3, "argv ['a', 'b']"),
+    ("print('ok')\n", [], 0, "ok"),
+    ("raise SystemExit('bad thing')\n", [], 1, ""),
+    ("raise ValueError('boom')\n", [], 1, ""),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", [], 128 + 9, ""),
+])
+def test_exit_status_and_output_match_the_interpreter(server, tmp_path, body, args, code, out):
+    path = script(tmp_path, body)
+    got = run(server.shim, path, *args)
+    real = run(sys.executable, path, *args)
+    assert got.returncode == code
+    assert got.stdout.strip() == out
+    if code != 128 + 9:  # the interpreter itself reports -9 through subprocess
+        assert (got.returncode, got.stdout) == (real.returncode, real.stdout)
+    if "boom" in body:
+        assert "ValueError: boom" in got.stderr
+    if "bad thing" in body:
+        assert "bad thing" in got.stderr
+
+
+def test_script_from_stdin_like_ansible_pipelining(server):
+    got = run(server.shim, stdin="import sys\nprint('stdin', repr(sys.argv[0]))\n")
+    assert got.returncode == 0
+    assert got.stdout.strip() == "stdin ''"
+
+
+def test_environment_and_directory_come_from_the_client(server, tmp_path):
+    path = script(tmp_path, """
+        import os, sys
+        print(os.environ.get('FORKSERVER_TEST'), os.getcwd(), 'yaml' in sys.modules)
+    """)
+    env = dict(os.environ, FORKSERVER_TEST="client")
+    got = run(server.shim, path, env=env, cwd=str(tmp_path))
+    value, cwd, preloaded = got.stdout.split()
+    assert (value, cwd) == ("client", str(tmp_path))
+    assert preloaded == "True"  # imported once by the server, inherited by the fork
+
+
+def test_ansible_configuration_is_read_again_with_the_client_environment(server, tmp_path):
+    path = script(tmp_path, "from ansible import constants as C\nprint(C.DEFAULT_FORKS)\n")
+    assert run(server.shim, path, env=dict(os.environ, ANSIBLE_FORKS="3")).stdout.strip() == "3"
+    assert run(sys.executable, path,
+               env=dict(os.environ, ANSIBLE_FORKS="3")).stdout.strip() == "3"
+
+
+def test_interpreter_flags_and_a_missing_server_fall_back_to_the_interpreter(server, tmp_path):
+    got = run(server.shim, "-c", "import sys; print('c', 'yaml' in sys.modules)")
+    assert got.stdout.strip() == "c False"  # a fresh interpreter, not a fork
+    lone = ForkServer(str(tmp_path), "gone")
+    from torchdev_runtime.forkserver import write_shim
+    write_shim(lone.shim, lone.socket)  # no server listens there
+    path = script(tmp_path, "import sys\nprint('fallback', 'yaml' in sys.modules)\nsys.exit(4)\n")
+    got = run(lone.shim, path)
+    assert (got.returncode, got.stdout.strip()) == (4, "fallback False")
+
+
+def test_killing_the_client_terminates_the_worker(server, tmp_path):
+    pidfile = tmp_path / "pid"
+    path = script(tmp_path, f"""
+        import os, time
+        open({str(pidfile)!r}, 'w').write(str(os.getpid()))
+        time.sleep(60)
+    """)
+    client = subprocess.Popen([server.shim, path])
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text()):
+        assert time.monotonic() < deadline, "worker did not start"
+        time.sleep(0.02)
+    worker = int(pidfile.read_text())
+    client.send_signal(signal.SIGTERM)
+    client.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "worker still running after its client died"
+        time.sleep(0.02)

@@ -1,0 +1,331 @@
+"""A fork server for Python processes that Ansible starts: module runs and ``ansible-playbook``.
+
+Each reconcile of the local runtime is an ``ansible-playbook`` process, and every module task
+in it another Python process; most of their start-up is importing the same libraries (the
+Kubernetes client alone takes ~0.4 s a process). The fork server imports them once and forks a
+child per request, so a run starts with them already imported:
+
+* the server (``python -m torchdev_runtime.forkserver --socket PATH --preload M1,M2``)
+  imports the preload modules and listens on a unix socket;
+* the client is ``torchdev_runtime/pyshim`` (a tiny script run with ``python -IS``), used as
+  ``ansible_python_interpreter`` and as the ``ansible-playbook`` command. It sends its argv,
+  working directory and environment, and passes its own stdin/stdout/stderr descriptors
+  (SCM_RIGHTS); the server forks a supervisor that forks the worker, which takes over those
+  descriptors, environment and directory and runs the script with ``runpy`` as ``__main__``;
+  the supervisor waits for it and sends the exit status back, which the shim exits with;
+* whatever the shim cannot forward exactly (``python -c``, ``-m``, interpreter flags, no
+  server) it ``exec``s the real interpreter with unchanged arguments instead.
+
+The child sees the environment of the request, not of the server; so only modules whose import
+does not read configuration from the environment may be preloaded (third-party libraries, not
+``ansible.*``: ansible.constants reads ANSIBLE_* when imported). The behaviour of what runs is
+unchanged; only the import time is saved. ansible-operator has no such server: each run there
+is a fresh process (see bench/reconcile.py for both figures).
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+ENV_SOCKET = "TORCHDEV_FORKSERVER"
+ENV_PYTHON = "TORCHDEV_FORKSERVER_PYTHON"
+# Third-party libraries that module runs import (kubernetes.core, our modules); importing them
+# reads no Ansible configuration.
+DEFAULT_PRELOAD = (
+    "kubernetes.client", "kubernetes.config", "kubernetes.dynamic", "kubernetes.watch",
+    "kubernetes.stream", "urllib3", "yaml", "jsonpatch", "jinja2", "json", "datetime",
+    "hashlib", "tempfile", "shlex", "subprocess", "locale", "selectors", "syslog", "platform",
+)
+# What ``ansible-playbook`` imports before it reads a playbook (the server for playbook runs
+# is started with the runs' static environment; see _refresh_ansible_config for the rest).
+PLAYBOOK_PRELOAD = (
+    "ansible.cli.playbook", "ansible.executor.playbook_executor",
+    "ansible.executor.task_executor", "ansible.executor.task_queue_manager",
+    "ansible.executor.process.worker", "ansible.plugins.strategy.linear",
+    "ansible.plugins.action.normal", "ansible.plugins.action.set_fact",
+    "ansible.plugins.connection.local", "ansible.plugins.shell.sh",
+    "ansible.template", "ansible.vars.manager", "ansible.inventory.manager",
+    "ansible.parsing.dataloader", "ansible.playbook.play", "ansible.playbook.role",
+    "ansible.playbook.block", "ansible.playbook.task", "ansible.playbook.role_include",
+    "ansible.playbook.task_include", "ansible.playbook.included_file",
+    "ansible.plugins.callback", "ansible.plugins.filter.core", "ansible.plugins.test.core",
+    "jinja2", "yaml", "json", "multiprocessing", "queue",
+)
+MAX_REQUEST = 4 * 1024 * 1024
+
+
+def _refresh_ansible_config() -> None:
+    """In a worker of a server that preloaded ansible: re-read every configuration constant.
+
+    ansible.constants evaluates the configuration (ansible.cfg + ANSIBLE_* variables) when it
+    is imported, which happened in the server with the server's environment; the request's
+    environment can differ (per-run paths), so the constants are set again exactly the way
+    the module does at import time.
+    """
+    const = sys.modules.get("ansible.constants")
+    if const is None:
+        return
+    config = const.config
+    for setting in config.get_configuration_definitions():
+        const.set_constant(setting, config.get_config_value(setting, variables=vars(const)))
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("client went away")
+        buf += chunk
+    return buf
+
+
+def read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One request: a 4-byte length, then JSON; the descriptors come with the first bytes."""
+    fds = array.array("i")
+    msg, anc, _flags, _addr = conn.recvmsg(4, socket.CMSG_SPACE(3 * fds.itemsize))
+    for level, typ, data in anc:
+        if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - (len(data) % fds.itemsize)])
+    if len(msg) < 4:
+        msg += _recv_exact(conn, 4 - len(msg))
+    (length,) = struct.unpack("!I", msg)
+    if length > MAX_REQUEST:
+        raise ValueError("request too large")
+    return json.loads(_recv_exact(conn, length)), list(fds)
+
+
+def _run_worker(req: dict[str, Any], fds: list[int]) -> None:
+    """In the forked worker: become the requested process, then exit with its status."""
+    code = 1
+    try:
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.chdir(req["cwd"])
+        _refresh_ansible_config()
+        argv = req["argv"]
+        sys.argv = list(argv) if argv else [""]
+        # fresh stdio objects on the new descriptors (the server's were replaced)
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0])) if argv and argv[0] != "-" else ""
+        try:
+            if argv and argv[0] != "-":
+                runpy.run_path(argv[0], run_name="__main__")
+            else:
+                source = sys.stdin.read()
+                exec(compile(source, "<stdin>", "exec"), {"__name__": "__main__",
+                                                         "__builtins__": __builtins__})
+            code = 0
+        except SystemExit as exc:
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except BaseException:  # noqa: BLE001 - report like the interpreter does
+            import traceback
+            traceback.print_exc()
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+    finally:
+        os._exit(code & 0xFF)
+
+
+def _serve_one(conn: socket.socket) -> None:
+    """In the forked supervisor: fork the worker, wait for it, send back its status.
+
+    When the client goes away first (killed, e.g. by a task timeout) the worker is terminated.
+    """
+    status = 1
+    try:
+        req, fds = read_request(conn)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in (wake_r, wake_w, conn.fileno()):
+                os.close(fd)
+            _run_worker(req, fds)
+        for fd in fds:
+            os.close(fd)
+        raw = None
+        while raw is None:
+            done, raw_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                raw = raw_status
+                break
+            ready, _, _ = select.select([conn, wake_r], [], [])
+            if conn in ready and not conn.recv(1):
+                os.kill(pid, signal.SIGTERM)
+                conn.close()
+                os.waitpid(pid, 0)
+                os._exit(0)
+            if wake_r in ready:
+                os.read(wake_r, 512)
+        status = os.waitstatus_to_exitcode(raw)
+        if status < 0:  # killed by a signal: report it like a shell does
+            status = 128 - status
+    except Exception:  # noqa: BLE001
+        status = 1
+    try:
+        conn.sendall(struct.pack("!i", status))
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def serve(path: str, preload: list[str]) -> None:
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = path + ".tmp"
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    srv.bind(tmp)
+    srv.listen(64)
+    os.replace(tmp, path)  # the socket appears only when the server accepts
+    while True:
+        try:
+            conn, _ = srv.accept()
+        except InterruptedError:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            srv.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _serve_one(conn)
+        conn.close()
+
+
+SHIM = """#!{python} -IS
+# torchdev_runtime fork-server client (generated; see torchdev_runtime/forkserver.py)
+import array, json, os, socket, struct, sys
+PYTHON = {python!r}
+SOCKET = {socket!r}
+
+
+def fallback():
+    os.execv(PYTHON, [PYTHON] + sys.argv[1:])
+
+
+args = sys.argv[1:]
+if args and args[0].startswith("-") and args[0] != "-":
+    fallback()
+try:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(SOCKET)
+except OSError:
+    fallback()
+req = json.dumps({{"argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+conn.sendmsg([struct.pack("!I", len(req))],
+             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+conn.sendall(req)
+buf = b""
+while len(buf) < 4:
+    chunk = conn.recv(4 - len(buf))
+    if not chunk:
+        sys.exit(1)
+    buf += chunk
+sys.exit(struct.unpack("!i", buf)[0])
+"""
+
+
+def write_shim(path: str, socket_path: str, python: str | None = None) -> str:
+    """Writes the client script (executable) that forwards to the server at socket_path."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(SHIM.format(python=python or sys.executable, socket=socket_path))
+    os.chmod(path, 0o755)
+    return path
+
+
+class ForkServer:
+    """The server as a child process of the runtime, and the shim that talks to it."""
+
+    def __init__(self, work_dir: str, name: str = "python",
+                 preload: tuple[str, ...] = DEFAULT_PRELOAD, python: str | None = None,
+                 env: dict[str, str] | None = None):
+        self.work_dir = work_dir
+        self.preload = preload
+        self.python = python or sys.executable
+        self.env = env
+        self.socket = os.path.join(work_dir, f"{name}.sock")
+        self.shim = os.path.join(work_dir, name)
+        self.proc: Any = None
+
+    def start(self, timeout: float = 30.0) -> "ForkServer":
+        import subprocess
+        import time
+
+        self.proc = subprocess.Popen(
+            [self.python, "-c", "import sys; from torchdev_runtime.forkserver import main; "
+             "sys.exit(main(sys.argv[1:]))", "--socket", self.socket,
+             "--preload", ",".join(self.preload)],
+            stdin=subprocess.DEVNULL, start_new_session=True, env=self.env,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the fork server did not start")
+            time.sleep(0.02)
+        write_shim(self.shim, self.socket, self.python)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001
+                self.proc.kill()
+        for path in (self.socket,):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="fork server for Ansible's Python processes")
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--preload", default=",".join(DEFAULT_PRELOAD))
+    args = ap.parse_args(argv)
+    serve(args.socket, [m for m in args.preload.split(",") if m])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
