@@ -46,6 +46,17 @@ DEFAULT_PRELOAD = (
     "kubernetes.stream", "urllib3", "yaml", "jsonpatch", "jinja2", "json", "datetime",
     "hashlib", "tempfile", "shlex", "subprocess", "locale", "selectors", "syslog", "platform",
 )
+# With --ansiballz: ansible's module_utils that every module run imports. A module run imports
+# them from its AnsiballZ payload (a zip on sys.path[0]); AnsiballZFinder makes everything NOT
+# preloaded still come from that zip (our module_utils, the module itself, collections).
+ANSIBALLZ_PRELOAD = (
+    "ansible.module_utils.basic", "ansible.module_utils._internal._ansiballz._loader",
+    "ansible.module_utils.common.arg_spec", "ansible.module_utils.common.json",
+    "ansible.module_utils.common.parameters", "ansible.module_utils.common.validation",
+    "ansible.module_utils.common.text.converters", "ansible.module_utils.six",
+    "ansible.module_utils._internal._errors", "ansible.module_utils._internal._messages",
+    "ansible.module_utils._internal._traceback", "ansible.module_utils._internal._datatag",
+)
 # What ``ansible-playbook`` imports before it reads a playbook (the server for playbook runs
 # is started with the runs' static environment; see _refresh_ansible_config for the rest).
 PLAYBOOK_PRELOAD = (
@@ -62,6 +73,36 @@ PLAYBOOK_PRELOAD = (
     "jinja2", "yaml", "json", "multiprocessing", "queue",
 )
 MAX_REQUEST = 4 * 1024 * 1024
+
+
+class AnsiballZFinder:
+    """A meta path finder for module runs in a server that preloaded ansible.module_utils.
+
+    Python would look up a submodule of a preloaded package (``ansible``,
+    ``ansible.module_utils``) only in that package's directory in site-packages, where the
+    module being run, our module_utils and the collections' are not. They are in the module's
+    AnsiballZ payload, the zip the wrapper puts first on sys.path: this finder looks there
+    first for every ``ansible.*``/``ansible_collections.*`` name that is not imported yet.
+    The preloaded modules are the controller's own files, the ones the payload was built
+    from, so what runs is the same code either way.
+    """
+
+    PREFIXES = ("ansible.", "ansible_collections")
+
+    @classmethod
+    def find_spec(cls, name: str, path: Any = None, target: Any = None) -> Any:
+        if not name.startswith(cls.PREFIXES):
+            return None
+        zip_path = next((p for p in sys.path[:1] if p.endswith(".zip")), None)
+        if zip_path is None:
+            return None
+        import zipimport
+        parent = name.rpartition(".")[0]
+        where = os.path.join(zip_path, *parent.split(".")) if parent else zip_path
+        try:
+            return zipimport.zipimporter(where).find_spec(name)
+        except (zipimport.ZipImportError, OSError):
+            return None
 
 
 def _refresh_ansible_config() -> None:
@@ -201,7 +242,10 @@ def _serve_one(conn: socket.socket) -> None:
     os._exit(0)
 
 
-def serve(path: str, preload: list[str]) -> None:
+def serve(path: str, preload: list[str], ansiballz: bool = False) -> None:
+    if ansiballz:
+        sys.meta_path.insert(0, AnsiballZFinder)
+        preload = [*preload, *ANSIBALLZ_PRELOAD]
     for name in preload:
         try:
             importlib.import_module(name)
@@ -276,8 +320,9 @@ class ForkServer:
 
     def __init__(self, work_dir: str, name: str = "python",
                  preload: tuple[str, ...] = DEFAULT_PRELOAD, python: str | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, ansiballz: bool = False):
         self.work_dir = work_dir
+        self.ansiballz = ansiballz
         self.preload = preload
         self.python = python or sys.executable
         self.env = env
@@ -292,7 +337,7 @@ class ForkServer:
         self.proc = subprocess.Popen(
             [self.python, "-c", "import sys; from torchdev_runtime.forkserver import main; "
              "sys.exit(main(sys.argv[1:]))", "--socket", self.socket,
-             "--preload", ",".join(self.preload)],
+             "--preload", ",".join(self.preload)] + (["--ansiballz"] if self.ansiballz else []),
             stdin=subprocess.DEVNULL, start_new_session=True, env=self.env,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         deadline = time.monotonic() + timeout
@@ -322,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fork server for Ansible's Python processes")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--preload", default=",".join(DEFAULT_PRELOAD))
+    ap.add_argument("--ansiballz", action="store_true",
+                    help="module runs: preload ansible.module_utils (see AnsiballZFinder)")
     args = ap.parse_args(argv)
-    serve(args.socket, [m for m in args.preload.split(",") if m])
+    serve(args.socket, [m for m in args.preload.split(",") if m], args.ansiballz)
     return 0
 
 

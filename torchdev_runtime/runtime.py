@@ -211,7 +211,7 @@ class Runtime:
 
     def _start_forkservers(self, runners: list[AnsibleRunner]) -> None:
         """Module runs and ansible-playbook start from fork servers (forkserver.py)."""
-        modules = ForkServer(self.work_dir, "python").start()
+        modules = ForkServer(self.work_dir, "python", ansiballz=True).start()
         playbooks = ForkServer(self.work_dir, "ansible-playbook", preload=PLAYBOOK_PRELOAD,
                                env=runners[0].server_env()).start()
         self._forkservers = [modules, playbooks]
