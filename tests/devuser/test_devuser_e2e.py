@@ -160,3 +160,60 @@ def test_delete_with_delete_removes_the_namespace(sim, kube, runtime):
     sim.wait_for(lambda: gone(get_devuser, kube, "frank"), 120, interval=0.2, message="the DevUser to go")
     runs = [r for r in runtime.history("DevUser") if r.name == "frank"]
     assert [r.ok for r in runs if r.finalizer_run] == [True], runs
+
+
+def test_check_mode_of_a_settled_devuser_changes_nothing(sim, kube, runtime, tmp_path):
+    """playbooks/devuser.yml in check mode, with the extra vars ansible-operator passes, on a
+    settled DevUser: not changed, and not a single write request."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from _devuser_helpers import ROOT
+
+    create_devuser(kube, "gus")
+    obj = wait_ready(sim, kube, "gus")
+    assert runtime.wait_idle(120)
+    extra = {"ansible_operator_meta": {"name": "gus", "namespace": ""}, "_torchdev_io_devuser": obj,
+             "_torchdev_io_devuser_spec": obj["spec"]}
+    (tmp_path / "vars.json").write_text(json.dumps(extra))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), K8S_AUTH_KUBECONFIG=sim.kubeconfig,
+               ANSIBLE_NOCOLOR="1")
+    sim.reset_metrics()
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "--check", "-e",
+                           f"@{tmp_path / 'vars.json'}", str(ROOT / "playbooks" / "devuser.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "changed=0" in proc.stdout and "failed=0" in proc.stdout, proc.stdout[-2000:]
+    assert KEY.split()[1] not in proc.stdout
+    assert sim.writes() == 0, sim.requests()
+
+
+def test_check_mode_of_a_new_devuser_writes_nothing(sim, kube, runtime, tmp_path):
+    """Check mode on a DevUser whose objects do not exist yet (the object itself is not created,
+    so the runtime leaves it alone): it would change things, and it writes nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from _devuser_helpers import ROOT, devuser
+
+    obj = devuser("hal")
+    extra = {"ansible_operator_meta": {"name": "hal", "namespace": ""}, "_torchdev_io_devuser": obj,
+             "_torchdev_io_devuser_spec": obj["spec"]}
+    (tmp_path / "vars.json").write_text(json.dumps(extra))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), K8S_AUTH_KUBECONFIG=sim.kubeconfig,
+               ANSIBLE_NOCOLOR="1")
+    assert runtime.wait_idle(120)
+    sim.reset_metrics()
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "--check", "-e",
+                           f"@{tmp_path / 'vars.json'}", str(ROOT / "playbooks" / "devuser.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "changed=0" not in proc.stdout, proc.stdout[-2000:]
+    writes = [r for r in sim.requests() if r.get("verb") not in ("get", "list", "watch")]
+    assert gone(kube["core"].read_namespace, "dev-hal"), writes
