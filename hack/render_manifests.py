@@ -66,11 +66,11 @@ def devserver_cases() -> dict[str, dict[str, Any]]:
 
 
 def devuser_cases() -> dict[str, dict[str, Any]]:
-    """The matrix tests/devuser/test_render.py validates: the sample DevUsers (jane: namespace
+    """The matrix tests/devuser/test_devuser_render.py validates: the sample DevUsers (jane: namespace
     dev-jane, where the DevServer matrix lives) and edge cases, with and without Kueue."""
     sys.path.insert(0, str(ROOT / "tests" / "devuser"))
     cases = {}
-    for key, case in _module(ROOT / "tests" / "devuser" / "test_render.py").CASES.items():
+    for key, case in _module(ROOT / "tests" / "devuser" / "test_devuser_render.py").CASES.items():
         cr = case["cr"]
         cases[key] = dict({
             "ansible_operator_meta": _meta(cr),

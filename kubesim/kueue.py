@@ -131,18 +131,56 @@ def nominal_quotas(cq: Obj) -> dict[str, Resources]:
     return out
 
 
+def _tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if not t.get("key") and t.get("operator") == "Exists":
+            return True
+        if t.get("key") != taint.get("key"):
+            continue
+        if t.get("operator") == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def flavor_mismatch(flavor: Obj | None, pod_spec: Obj | None) -> str | None:
+    """Why a pod template cannot use a ResourceFlavor (kueue's flavor assigner), or None.
+
+    The pod's nodeSelector must agree with the flavor's nodeLabels on every key both name,
+    and the pod must tolerate the flavor's NoSchedule/NoExecute nodeTaints. (Required node
+    affinity is not looked at.)
+    """
+    if not flavor or pod_spec is None:
+        return None
+    fspec = flavor.get("spec") or {}
+    selector = pod_spec.get("nodeSelector") or {}
+    for key, value in (fspec.get("nodeLabels") or {}).items():
+        if key in selector and selector[key] != value:
+            return f"flavor {flavor['metadata']['name']} doesn't match node affinity"
+    for taint in fspec.get("nodeTaints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and \
+                not _tolerates(pod_spec.get("tolerations") or [], taint):
+            return (f"untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}} "
+                    f"in flavor {flavor['metadata']['name']}")
+    return None
+
+
 def assign_flavors(cq: Obj, need: Mapping[str, Decimal],
                    used: Mapping[str, Mapping[str, Decimal]],
-                   flavors_exist: Iterable[str] | None = None
+                   flavors_exist: Iterable[str] | Mapping[str, Obj] | None = None,
+                   pod_spec: Obj | None = None,
                    ) -> tuple[dict[str, str] | None, str]:
     """Pick a flavor per requested resource so the whole request fits the unused quota.
 
     For each resource group (in order) covering requested resources, the first flavor
-    (in order) with enough unused nominal quota for all of the group's requested
-    resources wins. Returns ({resource: flavor}, "") or (None, why not). No borrowing,
-    no preemption.
+    (in order) that the pod template may use (flavor_mismatch, when the ResourceFlavor
+    objects are given as a mapping) and with enough unused nominal quota for all of the
+    group's requested resources wins. Returns ({resource: flavor}, "") or (None, why not).
+    No borrowing, no preemption.
     """
     exist = set(flavors_exist) if flavors_exist is not None else None
+    objects = flavors_exist if isinstance(flavors_exist, Mapping) else {}
     need = {k: v for k, v in need.items() if v}
     groups = (cq.get("spec") or {}).get("resourceGroups") or []
     covered = {r for rg in groups for r in rg.get("coveredResources") or []}
@@ -159,6 +197,10 @@ def assign_flavors(cq: Obj, need: Mapping[str, Decimal],
             fname = fl["name"]
             if exist is not None and fname not in exist:
                 reasons.append(f"flavor {fname} not found")
+                continue
+            mismatch = flavor_mismatch(objects.get(fname), pod_spec)
+            if mismatch:
+                reasons.append(mismatch)
                 continue
             quota = {r["name"]: parse_quantity(r.get("nominalQuota", 0))
                      for r in fl.get("resources") or []}

@@ -15,7 +15,9 @@ queue does not exist) and the annotation `kubesim.io/queue-position`; the visibi
 on-demand API (`visibility.kueue.x-k8s.io` v1beta2 and v1beta1, kubesim/kueue.py
 VisibilityApi) serves the same order as PendingWorkloadsSummary. Deleting the
 StatefulSet or scaling it to 0 releases the quota; any other change of replicas or of the
-pod template recreates the Workload (queued again). Not modelled: cohorts, borrowing,
+pod template recreates the Workload (queued again). A flavor is only assigned to a pod
+set whose nodeSelector agrees with its nodeLabels and whose tolerations cover its nodeTaints
+(kueue's flavor assigner; required node affinity is not looked at). Not modelled: cohorts, borrowing,
 preemption, admission checks, fair sharing, nodeSelector injection from the flavor's
 nodeLabels (a pod's nodeSelector is immutable here), Jobs and plain pods.
 """
@@ -45,6 +47,11 @@ def workload_name(sts: Obj) -> str:
 
 def queue_name(sts: Obj) -> str | None:
     return (sts["metadata"].get("labels") or {}).get(kq.QUEUE_LABEL) or None
+
+
+def _pod_spec(wl: Obj) -> Obj | None:
+    pod_sets = (wl.get("spec") or {}).get("podSets") or []
+    return ((pod_sets[0].get("template") or {}).get("spec")) if pod_sets else None
 
 
 def _admitted(wl: Obj | None) -> bool:
@@ -119,7 +126,7 @@ class KueueController(Controller):
             return None
         t = fmt_time(now(self.cluster))
         retry = self._sync_workloads()
-        flavors = {f["metadata"]["name"] for f in list_readonly(self.api, kq.RESOURCE_FLAVORS)}
+        flavors = {f["metadata"]["name"]: f for f in list_readonly(self.api, kq.RESOURCE_FLAVORS)}
         cqs = {c["metadata"]["name"]: c for c in list_readonly(self.api, kq.CLUSTER_QUEUES)}
         lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q
                for q in list_readonly(self.api, kq.LOCAL_QUEUES)}
@@ -167,7 +174,7 @@ class KueueController(Controller):
                 need = kq.workload_requests(wl)
                 assignment, why = (None, "ClusterQueue is stopped") if stopped else \
                     (None, "blocked by an earlier workload (StrictFIFO)") if blocked else \
-                    kq.assign_flavors(cq, need, cq_used, flavors)
+                    kq.assign_flavors(cq, need, cq_used, flavors, _pod_spec(wl))
                 if assignment is None:
                     if strict:
                         blocked = True
@@ -188,7 +195,7 @@ class KueueController(Controller):
                     admitted_in.setdefault(cq_name, []).append(wl)
             pending_count[cq_name] = position
             missing = sorted({f["name"] for rg in (cq.get("spec") or {}).get("resourceGroups")
-                              or [] for f in rg.get("flavors") or []} - flavors)
+                              or [] for f in rg.get("flavors") or []} - set(flavors))
             self._cq_status(cq, cq_used, position, len(admitted_in.get(cq_name, [])),
                             missing, t)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from decimal import Decimal
 
 import pytest
 
@@ -401,3 +402,36 @@ def test_cli_flag():
 
     assert build_parser().parse_args(["--kubeconfig", "k", "--kueue"]).kueue is True
     assert build_parser().parse_args(["--kubeconfig", "k"]).kueue is False
+
+
+# -- flavor eligibility (kueue's flavor assigner) -----------------------------------------
+
+@pytest.mark.parametrize("pod_spec, ok", [
+    ({}, False),  # untolerated taint
+    ({"nodeSelector": {"pool": "h100"}}, False),
+    ({"nodeSelector": {"pool": "a10g"}}, False),  # untolerated taint
+    ({"nodeSelector": {"pool": "a10g"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]}, True),
+    ({"nodeSelector": {"other": "x"}, "tolerations": [{"operator": "Exists"}]}, True),
+    ({"tolerations": [{"key": "gpu", "operator": "Equal", "value": "no", "effect": "NoSchedule"}]}, False),
+    ({"tolerations": [{"key": "gpu", "operator": "Equal", "value": "yes"}]}, True),
+])
+def test_flavor_mismatch(pod_spec, ok):
+    flavor = {"metadata": {"name": "a10g"},
+              "spec": {"nodeLabels": {"pool": "a10g"},
+                       "nodeTaints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}}
+    assert (kq.flavor_mismatch(flavor, pod_spec) is None) is ok
+
+
+def test_assign_flavors_skips_flavors_the_pod_cannot_use():
+    def rf(name, pool):
+        return {"metadata": {"name": name}, "spec": {"nodeLabels": {"pool": pool}}}
+    cq = {"spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+        {"name": n, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}
+        for n in ("a10g", "h100")]}]}}
+    flavors = {"a10g": rf("a10g", "a10g"), "h100": rf("h100", "h100")}
+    need = {"nvidia.com/gpu": Decimal(2)}
+    got, _ = kq.assign_flavors(cq, need, {}, flavors, {"nodeSelector": {"pool": "h100"}})
+    assert got == {"nvidia.com/gpu": "h100"}
+    got, why = kq.assign_flavors(cq, need, {"h100": {"nvidia.com/gpu": Decimal(4)}}, flavors,
+                                 {"nodeSelector": {"pool": "h100"}})
+    assert got is None and "doesn't match node affinity" in why and "insufficient" in why
