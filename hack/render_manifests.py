@@ -48,38 +48,47 @@ def _meta(obj: dict[str, Any]) -> dict[str, str]:
     return {"name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace", "")}
 
 
+def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
+    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?}):
+    only the raw object and spec, as ansible-operator passes them (the role must not depend
+    on the snake_cased copies), and what observe.yml would have found."""
+    cr = case["cr"]
+    return {
+        "ansible_operator_meta": _meta(cr),
+        "_torchdev_io_devserver": cr,
+        "_torchdev_io_devserver_spec": cr["spec"],
+        "devserver_flavor": case["flavor"],
+        "devserver_observed": case.get("observed", []),
+        "devserver_observed_pvcs": case.get("pvcs", []),
+        "devserver_kueue": case.get("kueue"),
+    }
+
+
+def devuser_hostvars(case: dict[str, Any]) -> dict[str, Any]:
+    """The variables of one devuser render case ({cr, kueue, flavors, vars?})."""
+    cr = case["cr"]
+    return dict({
+        "ansible_operator_meta": _meta(cr),
+        "_torchdev_io_devuser": cr,
+        "_torchdev_io_devuser_spec": cr["spec"],
+        "devuser_kueue": case["kueue"],
+        "devuser_flavors": case["flavors"],
+    }, **case.get("vars", {}))
+
+
 def devserver_cases() -> dict[str, dict[str, Any]]:
     """The matrix tests/test_render.py validates: every sample DevServer x every sample
-    flavor, plus suspended, no-SSH, env/shared/Secret keys and a growing home."""
-    cases = {}
-    for key, case in _module(ROOT / "tests" / "test_render.py").CASES.items():
-        cr = case["cr"]
-        cases[key] = {
-            "ansible_operator_meta": _meta(cr),
-            "_torchdev_io_devserver": cr,
-            "_torchdev_io_devserver_spec": cr["spec"],
-            "devserver_flavor": case["flavor"],
-            "devserver_observed": case.get("observed", []),
-            "devserver_observed_pvcs": case.get("pvcs", []),
-        }
-    return cases
+    flavor, plus suspended, no-SSH, env/shared/Secret keys, a growing home and Kueue."""
+    cases = _module(ROOT / "tests" / "test_render.py").CASES
+    return {key: devserver_hostvars(case) for key, case in cases.items()}
 
 
 def devuser_cases() -> dict[str, dict[str, Any]]:
     """The matrix tests/devuser/test_devuser_render.py validates: the sample DevUsers (jane: namespace
     dev-jane, where the DevServer matrix lives) and edge cases, with and without Kueue."""
     sys.path.insert(0, str(ROOT / "tests" / "devuser"))
-    cases = {}
-    for key, case in _module(ROOT / "tests" / "devuser" / "test_devuser_render.py").CASES.items():
-        cr = case["cr"]
-        cases[key] = dict({
-            "ansible_operator_meta": _meta(cr),
-            "_torchdev_io_devuser": cr,
-            "_torchdev_io_devuser_spec": cr["spec"],
-            "devuser_kueue": case["kueue"],
-            "devuser_flavors": case["flavors"],
-        }, **case.get("vars", {}))
-    return cases
+    cases = _module(ROOT / "tests" / "devuser" / "test_devuser_render.py").CASES
+    return {key: devuser_hostvars(case) for key, case in cases.items()}
 
 
 CASE_BUILDERS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
@@ -102,7 +111,9 @@ def role_cases() -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def render_roles(workdir: Path, cases: dict[str, dict[str, dict[str, Any]]] | None = None) -> dict[str, dict[str, list]]:
-    """{role: {case: [objects]}}: each role's normalize.yml (if any) and render.yml, one host per case."""
+    """{role: {case: [objects]}}: each role's normalize.yml (if any) and render.yml, one host per case
+    ({role: {case: host variables}}, default: every role's matrix). The playbook's output is
+    kept in workdir/ansible.log."""
     cases = role_cases() if cases is None else cases
     hosts = {}
     for role, role_hosts in cases.items():
@@ -130,6 +141,7 @@ def render_roles(workdir: Path, cases: dict[str, dict[str, dict[str, Any]]] | No
                ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(workdir / "inventory.json"), str(workdir / "render.yml")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    (workdir / "ansible.log").write_text(proc.stdout)
     if proc.returncode != 0:
         raise RuntimeError("rendering the roles failed:\n" + proc.stdout[-6000:] + proc.stderr[-3000:])
     return {role: {case: json.loads((workdir / ("%s__%s.json" % (role, case))).read_text()) for case in role_hosts}

@@ -10,8 +10,6 @@ every manifest is validated strictly against the Kubernetes 1.33 OpenAPI schema.
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +21,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "hack"))
+import render_manifests  # noqa: E402  (hack/ is not a package)
+
 SAMPLES = ROOT / "config" / "samples"
 K8S_VERSION = "1.33.0"
 NAMESPACE = "dev-jane"
@@ -99,42 +100,10 @@ QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("render")
-    hosts = {}
-    for key, case in CASES.items():
-        cr = case["cr"]
-        hosts[key] = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "ansible_operator_meta": {"name": cr["metadata"]["name"], "namespace": NAMESPACE},
-            # Only the raw object and spec, as ansible-operator passes them; the role must
-            # not depend on the snake_cased copies.
-            "_torchdev_io_devserver": cr,
-            "_torchdev_io_devserver_spec": cr["spec"],
-            "devserver_flavor": case["flavor"],
-            "devserver_observed": case.get("observed", []),
-            "devserver_observed_pvcs": case.get("pvcs", []),
-            "devserver_kueue": case.get("kueue"),
-        }
-    (tmp / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
-    (tmp / "render.yml").write_text(yaml.safe_dump([{
-        "name": "Render DevServer objects",
-        "hosts": "all",
-        "gather_facts": False,
-        "tasks": [
-            {"name": "Normalize", "ansible.builtin.include_role": {"name": "devserver", "tasks_from": "normalize.yml"}},
-            {"name": "Render", "ansible.builtin.include_role": {"name": "devserver", "tasks_from": "render.yml"}},
-            {"name": "Dump", "ansible.builtin.copy": {"content": "{{ devserver_objects | to_json }}",
-                                                      "dest": str(tmp) + "/{{ inventory_hostname }}.json", "mode": "0644"}},
-        ],
-    }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS="16",
-               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "inventory.json"), str(tmp / "render.yml")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    return {key: json.loads((tmp / ("%s.json" % key)).read_text()) for key in CASES}
+    """{case: [objects]} through hack/render_manifests.py (the renderer `make checkov` and
+    tests/security use): one ansible-playbook run for the whole matrix."""
+    cases = {key: render_manifests.devserver_hostvars(case) for key, case in CASES.items()}
+    return render_manifests.render_roles(tmp_path_factory.mktemp("render"), {"devserver": cases})["devserver"]
 
 
 def _by_kind(objects):

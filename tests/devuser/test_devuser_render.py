@@ -10,17 +10,15 @@ OpenAPI schema, unknown fields rejected, CEL rules).
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from _devuser_helpers import KEY, ROOT, admitted, devuser, filters, flavors, kueue_model, samples, subset
+
+sys.path.insert(0, str(ROOT / "hack"))
+import render_manifests  # noqa: E402  (hack/ is not a package)
 
 K8S_VERSION = "1.33.0"
 FLAVORS = flavors()
@@ -68,43 +66,12 @@ CASES = _cases()
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
+    """{"objects": {case: [objects]}, "stdout": the playbook's output} through
+    hack/render_manifests.py (the renderer `make checkov` and tests/security use)."""
     tmp = tmp_path_factory.mktemp("render")
-    hosts = {}
-    for key, case in CASES.items():
-        cr = case["cr"]
-        hosts[key] = {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "ansible_operator_meta": {"name": cr["metadata"]["name"], "namespace": ""},
-            # Only the raw object and spec, as ansible-operator passes them.
-            "_torchdev_io_devuser": cr,
-            "_torchdev_io_devuser_spec": cr["spec"],
-            "devuser_kueue": case["kueue"],
-            "devuser_flavors": case["flavors"],
-            **case.get("vars", {}),
-        }
-    (tmp / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
-    (tmp / "render.yml").write_text(yaml.safe_dump([{
-        "name": "Render DevUser objects",
-        "hosts": "all",
-        "gather_facts": False,
-        "tasks": [
-            {"name": "Normalize", "ansible.builtin.include_role": {"name": "devuser", "tasks_from": "normalize.yml"}},
-            {"name": "Render", "ansible.builtin.include_role": {"name": "devuser", "tasks_from": "render.yml"}},
-            {"name": "Dump", "ansible.builtin.copy": {"content": "{{ devuser_objects | to_json }}",
-                                                      "dest": str(tmp) + "/{{ inventory_hostname }}.json",
-                                                      "mode": "0644"}},
-        ],
-    }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS="16",
-               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "inventory.json"),
-         str(tmp / "render.yml")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    return {"objects": {key: json.loads((tmp / f"{key}.json").read_text()) for key in CASES},
-            "stdout": proc.stdout}
+    cases = {key: render_manifests.devuser_hostvars(case) for key, case in CASES.items()}
+    objects = render_manifests.render_roles(tmp, {"devuser": cases})["devuser"]
+    return {"objects": objects, "stdout": (tmp / "ansible.log").read_text()}
 
 
 def _by_kind(objects):
