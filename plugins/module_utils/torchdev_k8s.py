@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import json
 import os
+import traceback
 
 try:
     import kubernetes
@@ -27,6 +28,18 @@ AUTH_ARG_SPEC = dict(
     ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
     request_timeout=dict(type="int", default=30),
 )
+
+
+def run_module(module, run, name):
+    """Runs ``run(module)`` for one of our Kubernetes modules: fails clearly when the kubernetes
+    library is missing, and reports any client error as a failure of module ``name``."""
+    if not HAS_K8S:
+        from ansible.module_utils.basic import missing_required_lib
+        module.fail_json(msg=missing_required_lib("kubernetes"))
+    try:
+        run(module)
+    except Exception as exc:  # noqa: BLE001 - report any client error as a module failure
+        module.fail_json(msg="%s: %s" % (name, exc), exception=traceback.format_exc())
 
 
 def _env(name):

@@ -123,10 +123,9 @@ kueue:
   type: dict
 """
 
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, HAS_K8S, RequestError, api_client, request
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, RequestError, api_client, request, run_module
 from ansible.module_utils.torchdev_kueue import (API_VERSION as KUEUE_API_VERSION, VISIBILITY_API_VERSION,
                                                  admitted, pending_entry, queue_name, workload_of)
 
@@ -291,12 +290,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
-    try:
-        run(module)
-    except Exception as exc:  # noqa: BLE001 - report any client error as a module failure
-        module.fail_json(msg="torchdev_observe: %s" % exc, exception=traceback.format_exc())
+    run_module(module, run, "torchdev_observe")
 
 
 if __name__ == "__main__":

@@ -89,10 +89,9 @@ patch:
   type: dict
 """
 
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, HAS_K8S, RequestError, api_client, request
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.torchdev_k8s import AUTH_ARG_SPEC, RequestError, api_client, request, run_module
 from ansible.module_utils.torchdev_status import default_plural, resource_path, status_patch
 
 def run(module):
@@ -152,12 +151,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
-    try:
-        run(module)
-    except Exception as exc:  # noqa: BLE001 - report any client error as a module failure
-        module.fail_json(msg="torchdev_status: %s" % exc, exception=traceback.format_exc())
+    run_module(module, run, "torchdev_status")
 
 
 if __name__ == "__main__":
