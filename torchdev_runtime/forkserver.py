@@ -37,8 +37,6 @@ import struct
 import sys
 from typing import Any
 
-ENV_SOCKET = "TORCHDEV_FORKSERVER"
-ENV_PYTHON = "TORCHDEV_FORKSERVER_PYTHON"
 # Third-party libraries that module runs import (kubernetes.core, our modules); importing them
 # reads no Ansible configuration.
 DEFAULT_PRELOAD = (
@@ -356,11 +354,10 @@ class ForkServer:
                 self.proc.wait(timeout=10)
             except Exception:  # noqa: BLE001
                 self.proc.kill()
-        for path in (self.socket,):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        try:
+            os.unlink(self.socket)
+        except OSError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
