@@ -5,22 +5,26 @@ in it another Python process; most of their start-up is importing the same libra
 Kubernetes client alone takes ~0.4 s a process). The fork server imports them once and forks a
 child per request, so a run starts with them already imported:
 
-* the server (``python -m torchdev_runtime.forkserver --socket PATH --preload M1,M2``)
-  imports the preload modules and listens on a unix socket;
-* the client is ``torchdev_runtime/pyshim`` (a tiny script run with ``python -IS``), used as
+* the server (``main()``: ``--socket PATH --preload M1,M2 [--ansiballz]``, started by
+  ``ForkServer``) imports the preload modules and listens on a unix socket;
+* the client is a tiny generated script (``write_shim``, run with ``python -IS``), used as
   ``ansible_python_interpreter`` and as the ``ansible-playbook`` command. It sends its argv,
   working directory and environment, and passes its own stdin/stdout/stderr descriptors
   (SCM_RIGHTS); the server forks a supervisor that forks the worker, which takes over those
   descriptors, environment and directory and runs the script with ``runpy`` as ``__main__``;
-  the supervisor waits for it and sends the exit status back, which the shim exits with;
-* whatever the shim cannot forward exactly (``python -c``, ``-m``, interpreter flags, no
+  the supervisor waits for it and sends the exit status back, which the client exits with;
+  when the client dies first the worker is terminated;
+* whatever the client cannot forward exactly (``python -c``, ``-m``, interpreter flags, no
   server) it ``exec``s the real interpreter with unchanged arguments instead.
 
-The child sees the environment of the request, not of the server; so only modules whose import
-does not read configuration from the environment may be preloaded (third-party libraries, not
-``ansible.*``: ansible.constants reads ANSIBLE_* when imported). The behaviour of what runs is
-unchanged; only the import time is saved. ansible-operator has no such server: each run there
-is a fresh process (see bench/reconcile.py for both figures).
+The runtime starts two servers. Module runs: third-party libraries (the Kubernetes client)
+and, with ``--ansiballz``, the ansible.module_utils every module imports; ``AnsiballZFinder``
+keeps everything else (the module, our module_utils, collections) coming from the run's
+AnsiballZ payload. ``ansible-playbook``: ansible itself, with the runs' static environment;
+the child sees the environment of its request, not of the server, so each run re-reads
+Ansible's configuration constants (``_refresh_ansible_config``). The behaviour of what runs
+is unchanged; only the import time is saved. ansible-operator has no such server: each run
+there is a fresh process (see bench/reconcile.py for both figures).
 """
 from __future__ import annotations
 
