@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import array
+import atexit
+import hashlib
 import importlib
 import json
 import os
@@ -75,6 +77,8 @@ PLAYBOOK_PRELOAD = (
     "jinja2", "yaml", "json", "multiprocessing", "queue",
 )
 MAX_REQUEST = 4 * 1024 * 1024
+# Set by serve() from the command line (--ansible-cache).
+OPTIONS: dict[str, Any] = {"ansiballz_cache": None}
 
 
 class AnsiballZFinder:
@@ -123,6 +127,102 @@ def _refresh_ansible_config() -> None:
         const.set_constant(setting, config.get_config_value(setting, variables=vars(const)))
 
 
+def _module_source_fingerprint(const: Any) -> str:
+    """What AnsiballZ payloads are built from besides ansible itself: the ``library`` and
+    ``module_utils`` paths and every collection's modules and module_utils (path, size and
+    mtime of each file), so that an edited module is never served from the cache."""
+    roots = [*const.DEFAULT_MODULE_PATH, *const.DEFAULT_MODULE_UTILS_PATH]
+    for base in const.COLLECTIONS_PATHS:
+        for namespace in _listdir(os.path.join(base, "ansible_collections")):
+            for name in _listdir(os.path.join(base, "ansible_collections", namespace)):
+                plugins = os.path.join(base, "ansible_collections", namespace, name, "plugins")
+                roots += [os.path.join(plugins, "modules"), os.path.join(plugins, "module_utils")]
+    digest = hashlib.sha256()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for fname in sorted(filenames):
+                path = os.path.join(dirpath, fname)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _share_ansiballz_cache(cache_root: str) -> None:
+    """In a playbook worker: keep the AnsiballZ payloads across runs.
+
+    Ansible zips a module with the module_utils it imports (``recursive_finder``) into a
+    cache under its per-process ``DEFAULT_LOCAL_TMP``, so every ``ansible-playbook`` process
+    builds each module's payload again; that was a third of a reconcile's CPU. The payload
+    does not depend on the task's arguments: the cache directory of every run is made a link
+    to one under ``cache_root``, per fingerprint of the module sources.
+    """
+    const = sys.modules.get("ansible.constants")
+    if const is None:
+        return
+    shared = os.path.join(cache_root, _module_source_fingerprint(const))
+    os.makedirs(shared, exist_ok=True)
+    link = os.path.join(const.DEFAULT_LOCAL_TMP, "ansiballz_cache")
+    if not os.path.lexists(link):
+        os.symlink(shared, link)
+
+
+def _memoize_collection_metadata() -> None:
+    """In the playbook server: parse each collection's routing metadata once.
+
+    Every ``ansible-playbook`` run parses ``ansible_builtin_runtime.yml`` (370 KB of YAML,
+    0.13 s) and each collection's ``meta/runtime.yml``. The parser is wrapped with a cache
+    keyed by the file's content, filled here before any worker is forked; a hit returns a
+    fresh copy (``pickle``), as the parser would.
+    """
+    try:
+        import pickle
+
+        import ansible
+        const = importlib.import_module("ansible.constants")
+        finder = importlib.import_module("ansible.utils.collection_loader._collection_finder")
+    except ImportError:
+        return
+    parse = finder._meta_yml_to_dict
+    if parse is None:
+        return
+    memo: dict[bytes, bytes] = {}
+
+    def cached(data: Any, content_id: Any) -> Any:
+        key = data.encode() if isinstance(data, str) else data
+        hit = memo.get(key) if isinstance(key, bytes) else None
+        if hit is not None:
+            return pickle.loads(hit)
+        result = parse(data, content_id)
+        if isinstance(key, bytes):
+            memo[key] = pickle.dumps(result)
+        return result
+
+    finder._meta_yml_to_dict = cached
+    files = [os.path.join(os.path.dirname(ansible.__file__), "config", "ansible_builtin_runtime.yml")]
+    for base in const.COLLECTIONS_PATHS:
+        for namespace in _listdir(os.path.join(base, "ansible_collections")):
+            for name in _listdir(os.path.join(base, "ansible_collections", namespace)):
+                files.append(os.path.join(base, "ansible_collections", namespace, name,
+                                          "meta", "runtime.yml"))
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                cached(fh.read(), path)
+        except Exception:  # noqa: BLE001 - a broken file is reported by the run itself
+            pass
+
+
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
@@ -151,6 +251,9 @@ def read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
 def _run_worker(req: dict[str, Any], fds: list[int]) -> None:
     """In the forked worker: become the requested process, then exit with its status."""
     code = 1
+    # exit handlers registered by the server (ansible.constants' temporary directory) are
+    # not the worker's; its own run at its exit, as in an interpreter
+    atexit._clear()
     try:
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)
@@ -161,6 +264,8 @@ def _run_worker(req: dict[str, Any], fds: list[int]) -> None:
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
         _refresh_ansible_config()
+        if OPTIONS["ansiballz_cache"]:
+            _share_ansiballz_cache(OPTIONS["ansiballz_cache"])
         argv = req["argv"]
         sys.argv = list(argv) if argv else [""]
         # fresh stdio objects on the new descriptors (the server's were replaced)
@@ -188,6 +293,7 @@ def _run_worker(req: dict[str, Any], fds: list[int]) -> None:
             import traceback
             traceback.print_exc()
             code = 1
+        atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -244,7 +350,8 @@ def _serve_one(conn: socket.socket) -> None:
     os._exit(0)
 
 
-def serve(path: str, preload: list[str], ansiballz: bool = False) -> None:
+def serve(path: str, preload: list[str], ansiballz: bool = False,
+          ansible_cache: str | None = None) -> None:
     if ansiballz:
         sys.meta_path.insert(0, AnsiballZFinder)
         preload = [*preload, *ANSIBALLZ_PRELOAD]
@@ -253,8 +360,16 @@ def serve(path: str, preload: list[str], ansiballz: bool = False) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    if ansible_cache:
+        OPTIONS["ansiballz_cache"] = os.path.join(ansible_cache, "ansiballz")
+        _memoize_collection_metadata()
+
+    def stop(*_: Any) -> None:
+        atexit._run_exitfuncs()
+        os._exit(0)
+
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped automatically
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGTERM, stop)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = path + ".tmp"
     if os.path.exists(tmp):
@@ -322,9 +437,11 @@ class ForkServer:
 
     def __init__(self, work_dir: str, name: str = "python",
                  preload: tuple[str, ...] = DEFAULT_PRELOAD, python: str | None = None,
-                 env: dict[str, str] | None = None, ansiballz: bool = False):
+                 env: dict[str, str] | None = None, ansiballz: bool = False,
+                 ansible_cache: bool = False):
         self.work_dir = work_dir
         self.ansiballz = ansiballz
+        self.ansible_cache = os.path.join(work_dir, f"{name}.cache") if ansible_cache else None
         self.preload = preload
         self.python = python or sys.executable
         self.env = env
@@ -339,7 +456,8 @@ class ForkServer:
         self.proc = subprocess.Popen(
             [self.python, "-c", "import sys; from torchdev_runtime.forkserver import main; "
              "sys.exit(main(sys.argv[1:]))", "--socket", self.socket,
-             "--preload", ",".join(self.preload)] + (["--ansiballz"] if self.ansiballz else []),
+             "--preload", ",".join(self.preload)] + (["--ansiballz"] if self.ansiballz else [])
+            + (["--ansible-cache", self.ansible_cache] if self.ansible_cache else []),
             stdin=subprocess.DEVNULL, start_new_session=True, env=self.env,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         deadline = time.monotonic() + timeout
@@ -370,8 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preload", default=",".join(DEFAULT_PRELOAD))
     ap.add_argument("--ansiballz", action="store_true",
                     help="module runs: preload ansible.module_utils (see AnsiballZFinder)")
+    ap.add_argument("--ansible-cache", metavar="DIR",
+                    help="ansible-playbook runs: keep AnsiballZ payloads in DIR across runs and "
+                         "parse collection metadata once (see _share_ansiballz_cache)")
     args = ap.parse_args(argv)
-    serve(args.socket, [m for m in args.preload.split(",") if m], args.ansiballz)
+    serve(args.socket, [m for m in args.preload.split(",") if m], args.ansiballz,
+          args.ansible_cache)
     return 0
 
 

@@ -213,7 +213,7 @@ class Runtime:
         """Module runs and ansible-playbook start from fork servers (forkserver.py)."""
         modules = ForkServer(self.work_dir, "python", ansiballz=True).start()
         playbooks = ForkServer(self.work_dir, "ansible-playbook", preload=PLAYBOOK_PRELOAD,
-                               env=runners[0].server_env()).start()
+                               env=runners[0].server_env(), ansible_cache=True).start()
         self._forkservers = [modules, playbooks]
         script = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
         for runner in runners:
