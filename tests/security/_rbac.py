@@ -291,9 +291,12 @@ class _Role:
         return Source(origin, group, plural, kind)
 
     def _template(self, name: str) -> set[Source]:
-        """The kinds a template renders: its top-level apiVersion/kind lines (one per document)."""
+        """The kinds a template renders: its top-level apiVersion/kind lines (one per document),
+        and those of the templates it includes."""
         text = (self.dir / "templates" / name).read_text()
         out = set()
+        for included in re.findall(r"\{%-?\s*include\s+['\"]([^'\"]+)['\"]", text):
+            out |= self._template(included)
         for doc in re.split(r"(?m)^---\s*$", text):
             api = re.search(r"(?m)^apiVersion:\s*(\S+)\s*$", doc)
             kind = re.search(r"(?m)^kind:\s*(\S+)\s*$", doc)
