@@ -116,3 +116,62 @@ def test_killing_the_client_terminates_the_worker(server, tmp_path):
             break
         assert time.monotonic() < deadline, "worker still running after its client died"
         time.sleep(0.02)
+
+
+def test_exit_handlers_run_in_the_worker_as_in_the_interpreter(server, tmp_path):
+    # ansible.constants makes a per-process directory (DEFAULT_LOCAL_TMP) that an exit handler
+    # removes; the worker makes its own and must remove it, and only it
+    for runner in (server.shim, sys.executable):
+        marker = tmp_path / ("marker-" + os.path.basename(runner))
+        path = script(tmp_path, f"""
+            import atexit
+            from ansible import constants as C
+            atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))
+            print(C.DEFAULT_LOCAL_TMP)
+        """)
+        got = run(runner, path)
+        assert got.returncode == 0, got.stderr
+        assert marker.read_text() == "ran"
+        assert not os.path.exists(got.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def ansible_server(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fsa")
+    srv = ForkServer(str(d), "ap", preload=("ansible.constants", "ansible.executor.module_common"),
+                     ansible_cache=True).start()
+    yield srv
+    srv.stop()
+
+
+def test_ansiballz_cache_is_shared_until_a_module_source_changes(ansible_server, tmp_path):
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / "mymod.py").write_text("print('v1')\n")
+    path = script(tmp_path, """
+        import os
+        from ansible import constants as C
+        print(os.path.realpath(os.path.join(C.DEFAULT_LOCAL_TMP, 'ansiballz_cache')))
+    """)
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(library))
+    first, second = (run(ansible_server.shim, path, env=env).stdout.strip() for _ in range(2))
+    assert first == second and first.startswith(ansible_server.ansible_cache)
+    (library / "mymod.py").write_text("print('version two')\n")
+    assert run(ansible_server.shim, path, env=env).stdout.strip() != first
+    # a plain interpreter keeps its payloads in its own directory
+    assert not run(sys.executable, path, env=env).stdout.strip().startswith(ansible_server.ansible_cache)
+
+
+def test_collection_metadata_parsed_once_is_what_the_parser_returns(ansible_server, tmp_path):
+    path = script(tmp_path, """
+        import json, os, ansible
+        from ansible.utils.collection_loader import _collection_finder as f
+        data = open(os.path.join(os.path.dirname(ansible.__file__), 'config',
+                                 'ansible_builtin_runtime.yml'), 'rb').read()
+        a, b = f._meta_yml_to_dict(data, 'x'), f._meta_yml_to_dict(data, 'x')
+        a['plugin_routing'] = 'mutated'
+        print(json.dumps(b, sort_keys=True))
+    """)
+    served, plain = run(ansible_server.shim, path), run(sys.executable, path)
+    assert served.returncode == plain.returncode == 0, served.stderr + plain.stderr
+    assert served.stdout == plain.stdout and '"plugin_routing": {' in served.stdout
