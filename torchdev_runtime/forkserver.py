@@ -223,6 +223,26 @@ def _memoize_collection_metadata() -> None:
             pass
 
 
+def _preload_plugins() -> None:
+    """In the playbook server: load the connection, shell and become plugins once.
+
+    Every ``ansible-playbook`` run loads all of them and parses the DOCUMENTATION (YAML) of
+    each to register its configuration definitions: 0.1 s a run. Loaded here, with the runs'
+    configuration (the server has their static environment), a run finds the plugin modules
+    in sys.modules and their definitions registered, which is what it checks first.
+    """
+    try:
+        from ansible.plugins import loader
+    except ImportError:
+        return
+    # Not the callbacks: ansible-runner's sets up per-run state (its event writer) when imported.
+    for plugin_loader in (loader.connection_loader, loader.shell_loader, loader.become_loader):
+        try:
+            list(plugin_loader.all(class_only=True))
+        except Exception:  # noqa: BLE001 - the run loads them again and reports the error
+            pass
+
+
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
@@ -363,6 +383,7 @@ def serve(path: str, preload: list[str], ansiballz: bool = False,
     if ansible_cache:
         OPTIONS["ansiballz_cache"] = os.path.join(ansible_cache, "ansiballz")
         _memoize_collection_metadata()
+        _preload_plugins()
 
     def stop(*_: Any) -> None:
         atexit._run_exitfuncs()
@@ -489,8 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ansiballz", action="store_true",
                     help="module runs: preload ansible.module_utils (see AnsiballZFinder)")
     ap.add_argument("--ansible-cache", metavar="DIR",
-                    help="ansible-playbook runs: keep AnsiballZ payloads in DIR across runs and "
-                         "parse collection metadata once (see _share_ansiballz_cache)")
+                    help="ansible-playbook runs: keep AnsiballZ payloads in DIR across runs, "
+                         "parse collection metadata and load the plugins every run loads once")
     args = ap.parse_args(argv)
     serve(args.socket, [m for m in args.preload.split(",") if m], args.ansiballz,
           args.ansible_cache)
