@@ -129,7 +129,9 @@ def render_roles(workdir: Path, cases: dict[str, dict[str, dict[str, Any]]] | No
         "gather_facts": False,
         "tasks": [
             {"name": "Run the role's pure tasks",
-             "ansible.builtin.include_role": {"name": "{{ torchdev_render_role }}", "tasks_from": "{{ item }}"},
+             # public: a role may name its objects in vars/main.yml (devserver_objects)
+             "ansible.builtin.include_role": {"name": "{{ torchdev_render_role }}", "tasks_from": "{{ item }}",
+                                              "public": True},
              "loop": "{{ torchdev_render_tasks }}"},
             {"name": "Dump the rendered objects",
              "ansible.builtin.copy": {

@@ -408,6 +408,21 @@ def prune(observed, desired, owner_uid):
     return result
 
 
+def plan(desired, observed, owner_uid, kept=None):
+    """{objects, to_apply, to_prune} of a reconcile, computed once (a role reads the parts).
+
+    ``to_apply``: drift() of ``desired`` against ``observed`` + ``kept``; ``to_prune``:
+    prune() of ``observed`` (objects in ``kept``, e.g. home PVCs that follow their own
+    retention policy, are compared but never pruned).
+    """
+    desired = list(desired or [])
+    return {
+        "objects": desired,
+        "to_apply": drift(desired, list(observed or []) + list(kept or [])),
+        "to_prune": prune(observed, desired, owner_uid),
+    }
+
+
 def find(objects, kind, name=None):
     """First object of ``kind`` (and ``name``) in a list, or {}."""
     for obj in objects or []:
@@ -897,6 +912,7 @@ class FilterModule(object):
         "torchdev_observed": observed_objects,
         "torchdev_drift": drift,
         "torchdev_prune": prune,
+        "torchdev_plan": plan,
         "torchdev_find": find,
         "torchdev_preserve_immutable": preserve_immutable,
         "torchdev_pvc_resizes": pvc_resizes,

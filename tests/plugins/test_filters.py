@@ -156,6 +156,35 @@ def test_drift_stamp_and_prune():
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x-ssh", "namespace": "ns"}}]
 
 
+def _pvc(name, size, uid="u"):
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "ns", "ownerReferences": [{"uid": uid, "controller": True}]},
+            "spec": {"resources": {"requests": {"storage": size}}}}
+
+
+_CM = f.stamp([_obj()])[0]
+_STALE = _obj(kind="Service", name="x-ssh")
+_RESIZE = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "home-x-0", "namespace": "ns"},
+           "spec": {"resources": {"requests": {"storage": "200Gi"}}}}
+
+
+@pytest.mark.parametrize("desired, observed, kept, to_apply, to_prune", [
+    ([_CM], [], [], [_CM], []),                          # nothing exists yet
+    ([_CM], [_CM], [], [], []),                          # settled: nothing to write
+    ([_CM], [_CM, _STALE], [], [], [{"apiVersion": "v1", "kind": "Service",
+                                     "metadata": {"name": "x-ssh", "namespace": "ns"}}]),
+    # a kept PVC is compared (the resize is written) but never pruned, even when owned
+    ([_CM, _RESIZE], [_CM], [_pvc("home-x-0", "100Gi")], [_RESIZE], []),
+    ([_CM], [_CM], [_pvc("home-x-0", "100Gi")], [], []),
+])
+def test_plan_is_drift_and_prune_in_one(desired, observed, kept, to_apply, to_prune):
+    got = f.plan(desired, observed, "u", kept)
+    assert got == {"objects": desired, "to_apply": to_apply, "to_prune": to_prune}
+    assert got["to_apply"] == f.drift(desired, observed + kept)
+    assert got["to_prune"] == f.prune(observed, desired, "u")
+
+
 def test_preserve_immutable_and_pvc_resizes():
     desired = {"kind": "StatefulSet", "spec": {"serviceName": "x", "volumeClaimTemplates": [
         {"metadata": {"name": "home"}, "spec": {"resources": {"requests": {"storage": "200Gi"}}}}]}}

@@ -272,6 +272,10 @@ class _Role:
                 elif isinstance(base.arg, nodes.Const):
                     path.insert(0, base.arg.value)
                 base = base.node
+            if isinstance(base, nodes.Name) and path and base.name not in seen:
+                part = self._filter_part(base.name, path[0], seen)
+                if part is not None:
+                    return part
             if isinstance(base, nodes.Name) and base.name in self.registered:
                 regs = self.registered[base.name]
                 # a query key no registration of the name has (e.g. .objects.values()): all of it
@@ -285,6 +289,18 @@ class _Role:
                 return set()
             return set().union(set(), *(self.sources(v, seen | {node.name}) for v in self.facts.get(node.name, [])))
         return set().union(set(), *(self._node(child, seen) for child in node.iter_child_nodes()))
+
+    def _filter_part(self, name: str, attr: Any, seen: frozenset[str]) -> set[Source] | None:
+        """``name.attr`` where every definition of name is ``{{ ... | F(args) }}`` with F in
+        FILTER_PARTS: the part comes from the argument FILTER_PARTS names, else from the input."""
+        out: set[Source] = set()
+        for value in self.facts.get(name, []):
+            top = self.env.parse(value).find(nodes.Filter) if isinstance(value, str) else None
+            if top is None or top.name not in FILTER_PARTS:
+                return None
+            index = FILTER_PARTS[top.name].get(attr)
+            out |= self._node(top.node if index is None else top.args[index], seen | {name})
+        return out or None
 
     def _source(self, origin: str, api_version: str, kind: str) -> Source:
         group, plural = resource_of(self.reg, api_version, kind)
@@ -347,6 +363,14 @@ class _Role:
 # Python); test_rbac_least_privilege.py checks each entry against the filter itself.
 FILTER_OUTPUT_KINDS = {
     "torchdev_devuser_replace": frozenset({"LocalQueue"}),
+}
+
+
+# Our filters that return a dict of parts: {filter: {part: the positional argument whose
+# objects that part holds}}; the other parts hold objects of the filter's input.
+# test_rbac_least_privilege.py checks each entry against the filter itself.
+FILTER_PARTS = {
+    "torchdev_plan": {"to_prune": 0},
 }
 
 

@@ -205,3 +205,21 @@ def test_filter_output_kinds_hold(rendered, name):
     out = _filter(name)(live, objects)
     assert out, "the probe is vacuous: %s returned nothing" % name
     assert {o["kind"] for o in out} <= _rbac.FILTER_OUTPUT_KINDS[name]
+
+
+@pytest.mark.parametrize("name", sorted(_rbac.FILTER_PARTS))
+def test_filter_parts_hold(rendered, name):
+    """FILTER_PARTS: a part said to come from an argument holds only objects of that
+    argument (kind and name), never one of the input, whatever the input holds."""
+    objects = [obj for cases in rendered.values() for objs in cases.values() for obj in objs]
+    live = copy.deepcopy(objects)
+    for obj in live:  # owned by the probe, so that a prune keeps them
+        obj.setdefault("metadata", {})["ownerReferences"] = [{"uid": "probe", "controller": True}]
+        obj["metadata"]["name"] = "live-" + str(obj["metadata"].get("name"))
+    for part, index in _rbac.FILTER_PARTS[name].items():
+        args = [None, "probe"]  # the filters' arguments: (observed, owner uid)
+        args[index] = live
+        out = _filter(name)(objects, *args)[part]
+        assert out, "the probe is vacuous: %s returned no %s" % (name, part)
+        from_arg = {(o["kind"], o["metadata"]["name"]) for o in live}
+        assert {(o["kind"], o["metadata"]["name"]) for o in out} <= from_arg
