@@ -22,8 +22,12 @@ and, with ``--ansiballz``, the ansible.module_utils every module imports; ``Ansi
 keeps everything else (the module, our module_utils, collections) coming from the run's
 AnsiballZ payload. ``ansible-playbook``: ansible itself, with the runs' static environment;
 the child sees the environment of its request, not of the server, so each run re-reads
-Ansible's configuration constants (``_refresh_ansible_config``). The behaviour of what runs
-is unchanged; only the import time is saved. ansible-operator has no such server: each run
+Ansible's configuration constants (``_refresh_ansible_config``). With ``--ansible-cache`` the
+playbook server also keeps what each run would compute again: the AnsiballZ payloads
+(``_share_ansiballz_cache``, keyed by a fingerprint of the module sources), the parsed
+collection metadata (``_memoize_collection_metadata``) and the connection/shell/become plugins
+(``_preload_plugins``). A worker runs its own exit handlers, as an interpreter does at exit. The
+behaviour of what runs is unchanged; only the start-up work is saved. ansible-operator has no such server: each run
 there is a fresh process (see bench/reconcile.py for both figures).
 """
 from __future__ import annotations
