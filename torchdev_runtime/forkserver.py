@@ -26,9 +26,9 @@ Ansible's configuration constants (``_refresh_ansible_config``). With ``--ansibl
 playbook server also keeps what each run would compute again: the AnsiballZ payloads
 (``_share_ansiballz_cache``, keyed by a fingerprint of the module sources), the parsed
 collection metadata (``_memoize_collection_metadata``) and the connection/shell/become plugins
-(``_preload_plugins``). A worker runs its own exit handlers, as an interpreter does at exit. The
-behaviour of what runs is unchanged; only the start-up work is saved. ansible-operator has no such server: each run
-there is a fresh process (see bench/reconcile.py for both figures).
+(``_preload_plugins``). A worker runs its own exit handlers, as an interpreter does at exit.
+The behaviour of what runs is unchanged; only the start-up work is saved. ansible-operator has
+no such server: each run there is a fresh process (see bench/reconcile.py for both figures).
 """
 from __future__ import annotations
 
@@ -133,9 +133,13 @@ def _refresh_ansible_config() -> None:
 
 def _module_source_fingerprint(const: Any) -> str:
     """What AnsiballZ payloads are built from besides ansible itself: the ``library`` and
-    ``module_utils`` paths and every collection's modules and module_utils (path, size and
-    mtime of each file), so that an edited module is never served from the cache."""
+    ``module_utils`` paths, those of every role on the roles path and every collection's
+    modules and module_utils (path, size and mtime of each file), so that an edited module is
+    never served from the cache."""
     roots = [*const.DEFAULT_MODULE_PATH, *const.DEFAULT_MODULE_UTILS_PATH]
+    for base in const.DEFAULT_ROLES_PATH:
+        for role in _listdir(base):
+            roots += [os.path.join(base, role, "library"), os.path.join(base, role, "module_utils")]
     for base in const.COLLECTIONS_PATHS:
         for namespace in _listdir(os.path.join(base, "ansible_collections")):
             for name in _listdir(os.path.join(base, "ansible_collections", namespace)):
@@ -239,7 +243,8 @@ def _preload_plugins() -> None:
         from ansible.plugins import loader
     except ImportError:
         return
-    # Not the callbacks: ansible-runner's sets up per-run state (its event writer) when imported.
+    # Not the callbacks: with them loaded in the server (ansible-runner's event callback among
+    # them) the runs hung; a run loads its callbacks itself.
     for plugin_loader in (loader.connection_loader, loader.shell_loader, loader.become_loader):
         try:
             list(plugin_loader.all(class_only=True))
