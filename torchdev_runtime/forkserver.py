@@ -140,11 +140,9 @@ def _module_source_fingerprint(const: Any) -> str:
     for base in const.DEFAULT_ROLES_PATH:
         for role in _listdir(base):
             roots += [os.path.join(base, role, "library"), os.path.join(base, role, "module_utils")]
-    for base in const.COLLECTIONS_PATHS:
-        for namespace in _listdir(os.path.join(base, "ansible_collections")):
-            for name in _listdir(os.path.join(base, "ansible_collections", namespace)):
-                plugins = os.path.join(base, "ansible_collections", namespace, name, "plugins")
-                roots += [os.path.join(plugins, "modules"), os.path.join(plugins, "module_utils")]
+    for collection in _collection_dirs(const):
+        plugins = os.path.join(collection, "plugins")
+        roots += [os.path.join(plugins, "modules"), os.path.join(plugins, "module_utils")]
     digest = hashlib.sha256()
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
@@ -157,6 +155,14 @@ def _module_source_fingerprint(const: Any) -> str:
                     continue
                 digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def _collection_dirs(const: Any) -> list[str]:
+    """The directory of every collection installed on the collections paths."""
+    return [os.path.join(base, "ansible_collections", namespace, name)
+            for base in const.COLLECTIONS_PATHS
+            for namespace in _listdir(os.path.join(base, "ansible_collections"))
+            for name in _listdir(os.path.join(base, "ansible_collections", namespace))]
 
 
 def _listdir(path: str) -> list[str]:
@@ -218,11 +224,7 @@ def _memoize_collection_metadata() -> None:
 
     finder._meta_yml_to_dict = cached
     files = [os.path.join(os.path.dirname(ansible.__file__), "config", "ansible_builtin_runtime.yml")]
-    for base in const.COLLECTIONS_PATHS:
-        for namespace in _listdir(os.path.join(base, "ansible_collections")):
-            for name in _listdir(os.path.join(base, "ansible_collections", namespace)):
-                files.append(os.path.join(base, "ansible_collections", namespace, name,
-                                          "meta", "runtime.yml"))
+    files += [os.path.join(collection, "meta", "runtime.yml") for collection in _collection_dirs(const)]
     for path in files:
         try:
             with open(path, "rb") as fh:
