@@ -13,7 +13,6 @@ IMG ?= ghcr.io/torchdev/torchdev-operator:0.1.0
 KUSTOMIZE := $(BIN)/kubectl kustomize
 KUBECTL := $(BIN)/kubectl
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-export KUEUE_CRDS_DIR ?= $(abspath $(CURDIR)/../shared/schemas/kueue-v0.19.2)
 
 .PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean
 
@@ -41,7 +40,8 @@ test: setup ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 molecule: setup ## The molecule scenario (kubesim started in create.yml): converge, idempotence, verify
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test
 
-lint: setup ## yamllint and ansible-lint (production profile)
+lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production profile)
+	$(BIN)/ruff check --no-cache -q .
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
 

@@ -2,8 +2,8 @@
 visibility on-demand API (`visibility.kueue.x-k8s.io`, pending workloads in order).
 
 The CRDs (kueue v0.19.2, kueue.x-k8s.io, storage version v1beta2) are read from the
-directory named by `KUEUE_CRDS_DIR`, default `<repo>/../shared/schemas/kueue-v0.19.2`;
-they are never copied into this repository. The admission controller that uses them is
+directory named by `KUEUE_CRDS_DIR`, default the copy kept in this repository
+(`third_party/kueue-v0.19.2`, with Kueue's licence and a note of where it came from). The admission controller that uses them is
 kubesim/controllers/kueue.py; it stays inert while these CRDs are not installed.
 """
 from __future__ import annotations
@@ -47,11 +47,14 @@ CRD_FILES = ("clusterqueues", "localqueues", "resourceflavors", "workloads",
 _CRD_CACHE: dict[str, list[Obj]] = {}
 
 
+# The repository's copy (third_party/README.md).
+DEFAULT_CRDS_DIR = Path(__file__).resolve().parents[1] / "third_party" / "kueue-v0.19.2"
+
+
 def crds_dir() -> Path:
+    """Where the Kueue CRDs are read from: `$KUEUE_CRDS_DIR`, else the repository's copy."""
     env = os.environ.get("KUEUE_CRDS_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "schemas" / "kueue-v0.19.2"
+    return Path(env) if env else DEFAULT_CRDS_DIR
 
 
 def load_crds(directory: str | os.PathLike | None = None) -> list[Obj]:
@@ -60,8 +63,10 @@ def load_crds(directory: str | os.PathLike | None = None) -> list[Obj]:
     if d not in _CRD_CACHE:
         files = sorted(glob.glob(os.path.join(d, f"{GROUP}_*.yaml")))
         if not files:
-            raise FileNotFoundError(f"no Kueue CRDs ({GROUP}_*.yaml) in {d}; "
-                                    "set KUEUE_CRDS_DIR")
+            raise FileNotFoundError(
+                f"no Kueue CRDs ({GROUP}_*.yaml) in {d}: the repository keeps them in "
+                f"{DEFAULT_CRDS_DIR} (restore it with git checkout, or point KUEUE_CRDS_DIR "
+                "at a directory of Kueue v0.19.2's CRDs)")
         out = []
         for f in files:
             with open(f) as fh:

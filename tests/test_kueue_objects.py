@@ -13,12 +13,13 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from _support import tool
 import yaml
 
 from kubesim import kueue as kq
@@ -29,8 +30,6 @@ TEMPLATE = ROOT / "roles" / "devserverflavor" / "templates" / "resourceflavor" /
 
 sys.path.insert(0, str(ROOT / "plugins" / "filter"))  # the torchdev filters, for is_subset / module utils
 
-if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
-    pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()} (set KUEUE_CRDS_DIR)", allow_module_level=True)
 
 
 def _model(kind):
@@ -144,10 +143,7 @@ def test_workload_priority_classes_are_valid_kueue():
 
 
 def test_kueue_kustomization_builds():
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        pytest.skip("kubectl is not installed")
-    out = subprocess.run([kubectl, "kustomize", str(ROOT / "config" / "kueue")], capture_output=True, text=True,
+    out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / "config" / "kueue")], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
     built = {d["metadata"]["name"]: d for d in yaml.safe_load_all(out.stdout) if d}

@@ -367,7 +367,6 @@ def test_standalone_single_process_env_and_ports(rendered):
 @pytest.mark.parametrize("case", _distributed_cases()[:1])
 def test_ssh_sessions_get_the_pod_environment(rendered, case, tmp_path):
     """Run the rendered entrypoint (ssh-keygen and sshd faked) and read the sshd_config it writes."""
-    import subprocess
 
     name = CASES[case]["cr"]["metadata"]["name"]
     sts = _by_kind(rendered[case])[("StatefulSet", name)]

@@ -12,9 +12,6 @@ from kubesim.testing import KubeSim
 
 from .conftest import Http, assert_status
 
-if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
-    pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()} (set KUEUE_CRDS_DIR)",
-                allow_module_level=True)
 
 NODES = "gpu:2x{cpu:256,memory:1024Gi,nvidia.com/gpu:64}"  # quota, not nodes, limits
 _ids = itertools.count()

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubesim import validation as V
+from kubesim import kueue as kq, validation as V
 from kubesim.errors import ApiError
 
 REPO = Path(__file__).resolve().parents[2]
-KUEUE_DIR = os.environ.get("KUEUE_CRDS_DIR", str(REPO.parent / "shared" / "schemas" / "kueue-v0.19.2"))
+KUEUE_DIR = str(kq.crds_dir())
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -558,7 +558,9 @@ def test_validate_crd_int_or_string_and_preserve_unknown_need_no_type():
 
 
 def _crd_files(pattern: str) -> list[str]:
-    return sorted(glob.glob(pattern))
+    files = sorted(glob.glob(pattern))
+    assert files, f"no CRD files match {pattern}"
+    return files
 
 
 def _load_docs(path: str) -> list:
@@ -569,8 +571,7 @@ def _load_docs(path: str) -> list:
 PROJECT_CRDS = _crd_files(str(REPO / "config" / "crd" / "bases" / "*.yaml"))
 
 
-@pytest.mark.skipif(not PROJECT_CRDS, reason="no config/crd/bases/*.yaml yet")
-@pytest.mark.parametrize("path", PROJECT_CRDS or ["-"], ids=os.path.basename)
+@pytest.mark.parametrize("path", PROJECT_CRDS, ids=os.path.basename)
 def test_project_crds_valid(path):
     for doc in _load_docs(path):
         if doc and doc.get("kind") == "CustomResourceDefinition":
@@ -596,8 +597,7 @@ def kueue_model(kind: str) -> V.CRDModel:
     return _kueue_models[kind]
 
 
-@pytest.mark.skipif(not KUEUE_CRDS, reason=f"no Kueue CRDs in {KUEUE_DIR}")
-@pytest.mark.parametrize("path", KUEUE_CRDS or ["-"], ids=os.path.basename)
+@pytest.mark.parametrize("path", KUEUE_CRDS, ids=os.path.basename)
 def test_kueue_crds_valid(path):
     for doc in _load_docs(path):
         if doc and doc.get("kind") == "CustomResourceDefinition":
@@ -626,7 +626,6 @@ KUEUE_OBJECTS = [
 ]
 
 
-@pytest.mark.skipif(not KUEUE_CRDS, reason=f"no Kueue CRDs in {KUEUE_DIR}")
 @pytest.mark.parametrize("obj", KUEUE_OBJECTS, ids=lambda o: o["kind"] + "/" + o["metadata"]["name"])
 def test_kueue_admit_minimal(obj):
     vs = kueue_model(obj["kind"]).version("v1beta2")
@@ -635,7 +634,6 @@ def test_kueue_admit_minimal(obj):
     assert again == out
 
 
-@pytest.mark.skipif(not KUEUE_CRDS, reason=f"no Kueue CRDs in {KUEUE_DIR}")
 def test_kueue_clusterqueue_defaults_and_cel():
     vs = kueue_model("ClusterQueue").version("v1beta2")
     out = vs.admit(KUEUE_OBJECTS[2])
@@ -658,7 +656,6 @@ def test_kueue_clusterqueue_defaults_and_cel():
     assert "spec.queueingStrategy" in fields_of(e.value)
 
 
-@pytest.mark.skipif(not KUEUE_CRDS, reason=f"no Kueue CRDs in {KUEUE_DIR}")
 def test_kueue_resourceflavor_toleration_rules():
     vs = kueue_model("ResourceFlavor").version("v1beta2")
     bad = copy.deepcopy(KUEUE_OBJECTS[1])

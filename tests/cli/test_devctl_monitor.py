@@ -105,7 +105,6 @@ def test_monitor_tty_redraws_in_place(devctl, cluster, monkeypatch):
 
 def test_monitor_shows_metrics_when_served(devctl, cluster, monkeypatch):
     """PodMetrics (as metrics-server serves them) summed over containers."""
-    from devctl import monitor as mon
 
     make_server(cluster, "met", replicas=1)
     calls = []

@@ -8,6 +8,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
+
+from _support import tool
 import yaml
 
 from devctl_helpers import invoke
@@ -39,12 +41,8 @@ print("ok")
 
 
 def test_console_script_help():
-    from pathlib import Path
 
-    exe = Path(sys.executable).parent / "devctl"
-    if not exe.exists():
-        pytest.skip("devctl console script not installed")
-    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([tool("devctl"), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     for cmd in ("create", "list", "get", "delete", "ssh", "flavors", "config", "version",
                 "whoami", "quota", "queue", "admin"):

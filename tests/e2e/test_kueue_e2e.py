@@ -19,8 +19,6 @@ from kubesim.testing import KubeSim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
-    pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()} (set KUEUE_CRDS_DIR)", allow_module_level=True)
 
 FLAVOR = "gpu-h100-2"
 QUEUE_LABEL, PRIORITY_LABEL = kq.QUEUE_LABEL, kq.PRIORITY_LABEL

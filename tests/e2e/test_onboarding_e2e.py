@@ -15,13 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from _e2e_helpers import NODES, get_ds, wait_ready
-from kubesim import kueue as kq
 from kubesim.testing import KubeSim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
-    pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()} (set KUEUE_CRDS_DIR)", allow_module_level=True)
 
 USER, FLAVOR = "alice", "gpu-h100-2"
 NS = f"dev-{USER}"

@@ -121,8 +121,6 @@ def kueue_sim():
     from kubesim import kueue as kq
     from kubesim.testing import KubeSim
 
-    if not kq.crds_dir().is_dir():  # pragma: no cover - depends on the checkout
-        pytest.skip(f"Kueue CRDs not found in {kq.crds_dir()}")
     with KubeSim(nodes="gpu:1x{cpu:64,memory:256Gi,nvidia.com/gpu:8}", kueue=True) as sim:
         # A DevUser kind to read the fallback priority class from (the module needs only its spec.queue).
         sim.call(sim.api.create, "customresourcedefinitions.apiextensions.k8s.io", {

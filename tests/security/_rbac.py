@@ -30,7 +30,6 @@ Three parts:
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ import jinja2
 import yaml
 from jinja2 import nodes
 
+from kubesim import kueue as kueue_crds
 from kubesim.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,13 +126,9 @@ def load_yaml_dir(directory: Path) -> list[dict[str, Any]]:
 
 
 def registry() -> Registry:
-    """Built-in kinds (kubesim's table), our CRDs, and Kueue's when KUEUE_CRDS_DIR has them."""
+    """Built-in kinds (kubesim's table), our CRDs and Kueue's (kubesim.kueue.load_crds)."""
     reg = Registry()
-    crds = load_yaml_dir(ROOT / "config" / "crd" / "bases")
-    kueue = os.environ.get("KUEUE_CRDS_DIR") or str(ROOT.parent / "shared" / "schemas" / "kueue-v0.19.2")
-    if Path(kueue).is_dir():
-        crds += [d for p in sorted(Path(kueue).rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
-                 if d and d.get("kind") == "CustomResourceDefinition"]
+    crds = load_yaml_dir(ROOT / "config" / "crd" / "bases") + kueue_crds.load_crds()
     for crd in crds:
         reg.add_crd(crd)
     return reg
