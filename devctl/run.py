@@ -16,6 +16,7 @@ stdout, stderr to stderr); devctl exits with the worst rank's exit code.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import posixpath
@@ -372,6 +373,26 @@ def _stop(procs: dict[int, subprocess.Popen], timeout: float = STOP_TIMEOUT) -> 
             pass
 
 
+@contextlib.contextmanager
+def _signals_deferred(in_main: bool):
+    """Hold SIGINT and SIGTERM back until the block ends, then raise KeyboardInterrupt:
+    starting a rank and recording it is one step, so a Ctrl-C never leaves a rank that
+    nobody stops. (Not a blocked signal mask: the rank's process would inherit it.)"""
+    if not in_main:
+        yield
+        return
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, _frame: caught.append(signum))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def execute(plan: RunPlan, *, timeout: float | None, fail_grace: float | None) -> int:
     """Run every rank; returns devctl's exit code."""
     kubectl = plan.ranks[0].exec_argv[0] if plan.ranks else "kubectl"
@@ -403,9 +424,10 @@ def execute(plan: RunPlan, *, timeout: float | None, fail_grace: float | None) -
         for rank in plan.ranks:
             # Own session: a terminal's Ctrl-C reaches devctl only, which stops the
             # ranks in order (and says so) instead of every kubectl dying at once.
-            proc = subprocess.Popen(rank.exec_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
-            procs[rank.rank] = proc
+            with _signals_deferred(in_main):  # a Ctrl-C now must not leave it unrecorded
+                proc = subprocess.Popen(rank.exec_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+                procs[rank.rank] = proc
             for stream, err in ((proc.stdout, False), (proc.stderr, True)):
                 t = threading.Thread(target=_pump, daemon=True,
                                      args=(stream, f"[rank {rank.rank}] ", printer, err,

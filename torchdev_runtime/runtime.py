@@ -314,6 +314,11 @@ class Runtime:
         """Queue a reconcile of one object now, as a watch event would (tests, tooling)."""
         self._controller(kind).queue.add((namespace or "", name))
 
+    def reconciling(self, kind: str, namespace: str, name: str) -> bool:
+        """True while a reconcile of this object is queued or running (delayed requeues,
+        e.g. reconcilePeriod or requeue_after, do not count until they are due)."""
+        return self._controller(kind).queue.is_pending((namespace or "", name))
+
     def history(self, kind: str | None = None) -> list[ReconcileRecord]:
         """Finished reconciles, oldest first (the last 1000 per kind)."""
         recs: list[ReconcileRecord] = []

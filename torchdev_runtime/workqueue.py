@@ -173,6 +173,11 @@ class RateLimitingQueue:
         with self._cond:
             return not self._queue and not self._processing
 
+    def is_pending(self, item: Hashable) -> bool:
+        """True while ``item`` is queued (waiting for a worker) or being processed."""
+        with self._cond:
+            return item in self._dirty or item in self._processing
+
     def shutdown(self) -> None:
         with self._cond:
             self._shutting_down = True

@@ -50,11 +50,13 @@ if rank == 1:
     sys.exit(3)
 """
 
+# Prints first, then records its pids: once both workers' files exist, their output is on
+# its way to devctl and every process the test checks is known.
 SLEEPER = """
 import os, sys, time
-open(os.path.join(sys.argv[1], f"worker-{os.environ['RANK']}.{os.getpid()}"), "w").close()
-open(os.path.join(sys.argv[1], f"agent-{os.environ['RANK']}.{os.getppid()}"), "w").close()
 print("sleeping", flush=True)
+open(os.path.join(sys.argv[1], f"agent-{os.environ['RANK']}.{os.getppid()}"), "w").close()
+open(os.path.join(sys.argv[1], f"worker-{os.environ['RANK']}.{os.getpid()}"), "w").close()
 time.sleep(600)
 """
 
@@ -216,7 +218,7 @@ def test_run_ctrl_c_stops_every_rank(sim, cluster, ns, tmp_path, fake_bin):
                      timeout=40, message="both workers started")
         assert proc.poll() is None, proc.communicate()
         recorded = _pids(pids)
-        assert len(recorded) == 6  # 2 x (kubectl/sh, torchrun agent, worker)
+        assert len(recorded) == 6  # 2 x (kubectl/sh, torchrun agent, worker), worker last
         assert all(_alive(p) for p in recorded)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
@@ -309,3 +311,16 @@ def test_worst_exit_code():
     assert worst([0, 3, 1]) == 3
     assert worst([]) == 0
     assert exit_code_of(-15) == 143 and exit_code_of(2) == 2
+
+
+def test_ctrl_c_while_starting_a_rank_is_raised_after_it_is_recorded():
+    """A SIGINT that lands between starting a rank and recording it waits for the record."""
+    from devctl.run import _signals_deferred
+
+    recorded = []
+    with pytest.raises(KeyboardInterrupt):
+        with _signals_deferred(True):
+            os.kill(os.getpid(), signal.SIGINT)
+            recorded.append("rank 0")  # still runs: the interrupt is held back
+    assert recorded == ["rank 0"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -166,17 +166,19 @@ def test_third_server_queues_until_quota_frees(sim, kube, runtime, ns, priority_
 
 
 def assert_reconcile_writes_nothing(sim, runtime, ns, name):
+    """The caller has seen the status it expects; once no reconcile of the server is queued
+    or running (the one that wrote that status has finished), another one writes nothing."""
     def done():
         return [r for r in runtime.history("DevServer") if r.name == name and r.namespace == ns]
 
-    # settle: the status the previous reconciles computed is written
-    sim.wait_for(lambda: len(done()) >= 1, 60, message=f"a reconcile of {name}")
-    before = len(done())
-    sim.wait_for(lambda: len(done()) > before, 60, message=f"another reconcile of {name}")
+    def settled():
+        return done() and not runtime.reconciling("DevServer", ns, name)
+
+    sim.wait_for(settled, 60, message=f"no reconcile of {name} queued or running")
     sim.reset_metrics()
     count = len(done())
     runtime.enqueue("DevServer", ns, name)
-    sim.wait_for(lambda: len(done()) > count, 60, message=f"a reconcile of unchanged {name}")
+    sim.wait_for(lambda: len(done()) > count and settled(), 60, message=f"a reconcile of unchanged {name}")
     writes = [r for r in sim.requests() if r["verb"] in ("create", "update", "patch", "delete")]
     assert writes == [], writes
     record = done()[-1]

@@ -74,6 +74,22 @@ def test_queue_dedups_and_never_hands_out_an_item_twice():
         q.shutdown()
 
 
+def test_is_pending_while_queued_or_processing_not_while_delayed():
+    q = RateLimitingQueue()
+    try:
+        assert not q.is_pending("a")
+        q.add("a")
+        assert q.is_pending("a")          # queued
+        item, _ = q.get()
+        assert q.is_pending(item)         # processing
+        q.done(item)
+        assert not q.is_pending("a")
+        q.add_after("a", 30.0)
+        assert not q.is_pending("a")      # a delayed requeue is not due yet
+    finally:
+        q.shutdown()
+
+
 def test_add_after_keeps_earliest_and_rate_limited_requeue():
     q = RateLimitingQueue()
     try:
