@@ -429,6 +429,11 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
     width = max(len(k) for k, _ in lines) + 2
     out = [f"{k + ':':<{width}}{v}" for k, v in lines]
 
+    if status.get("warnings"):
+        out.append("")
+        out.append("Warnings:")
+        out += [f"  {w}" for w in status["warnings"]]
+
     conds = status.get("conditions") or []
     out.append("")
     out.append("Conditions:")

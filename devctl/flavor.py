@@ -8,14 +8,27 @@ from .context import kube_options, pass_settings
 from .output import as_list, output_option, print_object, print_table, truncate
 
 
+def gpu_count(obj: dict) -> int:
+    """GPUs per replica of a DevServerFlavor: ``spec.gpu.count``, else the nvidia.com/gpu
+    limit (or request) of ``spec.resources``, else 0 (as the operator counts them)."""
+    spec = obj.get("spec") or {}
+    count = (spec.get("gpu") or {}).get("count")
+    if count is None:
+        resources = spec.get("resources") or {}
+        count = (resources.get("limits") or {}).get(
+            "nvidia.com/gpu", (resources.get("requests") or {}).get("nvidia.com/gpu", 0))
+    try:
+        return int(count)
+    except (TypeError, ValueError):
+        return 0
+
+
 def flavor_row(obj: dict) -> list[str]:
     spec = obj.get("spec") or {}
     resources = spec.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
     gpu = spec.get("gpu") or {}
-    gpus = gpu.get("count")
-    if gpus is None:
-        gpus = limits.get("nvidia.com/gpu", requests.get("nvidia.com/gpu", 0))
+    gpus = gpu_count(obj)
     price = spec.get("pricePerHour")
     return [
         obj["metadata"]["name"],

@@ -9,6 +9,7 @@ from .config import Settings
 from .context import kube_options, pass_settings
 from .devserver import desired_replicas
 from .errors import ApiError
+from .flavor import gpu_count
 from .output import age, info, output_option, print_object, print_table, truncate
 from .wait import condition
 
@@ -19,8 +20,7 @@ def flavor_gpus(api) -> dict[str, int]:
         flavors = api.list_flavors()
     except ApiError:
         return {}
-    return {f["metadata"]["name"]: int(((f.get("spec") or {}).get("gpu") or {}).get("count") or 0)
-            for f in flavors}
+    return {f["metadata"]["name"]: gpu_count(f) for f in flavors}
 
 
 def queued_entry(obj: dict, gpus_per_pod: dict[str, int]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from .admin import validate_user
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, NotFound
+from .flavor import gpu_count
 from .output import info, output_option, print_object, format_table, warn
 from .whoami import DEFAULT_QUEUE, find_devuser
 
@@ -54,8 +55,7 @@ def devuser_quotas(devuser: dict, flavors: list[dict]) -> dict[str, dict[str, st
     overrides = {f["name"]: f for f in quota.get("flavors") or []}
     out: dict[str, dict[str, str]] = {}
     names = sorted(f["metadata"]["name"] for f in flavors) or list(overrides)
-    gpu_flavors = {f["metadata"]["name"] for f in flavors
-                   if int(((f.get("spec") or {}).get("gpu") or {}).get("count") or 0) > 0}
+    gpu_flavors = {f["metadata"]["name"] for f in flavors if gpu_count(f) > 0}
     for name in names:
         o = overrides.get(name, {})
         gpus = o.get("gpus", quota.get("gpus", 0) if name in gpu_flavors else 0)

@@ -159,7 +159,7 @@ def _flavor_requests(flavor_spec):
         value = requests[key] if key in requests else limits[key]
         if _q(value) > 0:
             out[str(key)] = value
-    count = int(((flavor_spec or {}).get("gpu") or {}).get("count") or 0)
+    count = _torchdev().flavor_gpu_count(flavor_spec)
     if count > 0:
         out[GPU] = count
     return out

@@ -180,6 +180,21 @@ def owner_reference(obj):
 
 
 # --------------------------------------------------------------------------- flavors
+def flavor_gpu_count(flavor_spec):
+    """GPUs per replica of a flavor: ``gpu.count`` when set, else the nvidia.com/gpu limit
+    (or request) in ``resources``, else 0.  ``gpu`` is optional: a flavor that only lists
+    nvidia.com/gpu in its resources (seed 000's ``gpu-large``) has that many GPUs."""
+    spec = flavor_spec or {}
+    count = (spec.get("gpu") or {}).get("count")
+    if count is None:
+        res = spec.get("resources") or {}
+        count = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE, 0))
+    value = parse_quantity(count)
+    if value != value.to_integral_value() or value < 0:
+        raise ValueError("the GPU count of a flavor must be a whole number >= 0, got %r" % (count,))
+    return int(value)
+
+
 def flavor_errors(flavor_spec):
     """Consistency problems of a DevServerFlavor spec beyond what the CRD's CEL catches."""
     spec = flavor_spec or {}
@@ -201,13 +216,11 @@ def flavor_errors(flavor_spec):
         for section, values in (("requests", requests), ("limits", limits)):
             if key in values and parse_quantity(values[key]) != parse_quantity(values[key]).to_integral_value():
                 errors.append("resources.%s[%s] must be a whole number" % (section, key))
-    gpu = spec.get("gpu") or {}
-    count = gpu.get("count", 0) or 0
+    count = (spec.get("gpu") or {}).get("count")
     declared = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE))
-    if declared is not None and parse_quantity(declared) != Decimal(count):
-        errors.append("gpu.count (%s) must equal resources.limits[nvidia.com/gpu] (%s)" % (count, declared))
-    if count and not gpu.get("type"):
-        errors.append("gpu.type is required when gpu.count is greater than 0")
+    if count is not None and declared is not None and parse_quantity(declared) != Decimal(count):
+        errors.append("gpu.count (%s) must equal resources.limits[nvidia.com/gpu] (%s); "
+                      "set one of them, or both to the same number" % (count, declared))
     shm = spec.get("shmSize", "1Gi")
     if not is_quantity(shm):
         errors.append("shmSize: invalid quantity %r" % (shm,))
@@ -228,7 +241,7 @@ def resources(flavor_spec):
         values = {str(k): quantity(v) for k, v in (res.get(section) or {}).items()}
         if values:
             result[section] = values
-    count = int((spec.get("gpu") or {}).get("count", 0) or 0)
+    count = flavor_gpu_count(spec)
     if count > 0:
         # Extended resources: the limit is what the scheduler counts; request == limit.
         result.setdefault("limits", {})[GPU_RESOURCE] = str(count)
@@ -548,12 +561,21 @@ def spec_errors(spec):
             errors.append("spec.distributed.worldSize is required in distributed mode")
         elif int(world) % int(nprocs):
             errors.append("spec.distributed.worldSize (%s) must be a multiple of nprocsPerNode (%s)" % (world, nprocs))
-    elif spec.get("distributed"):
-        errors.append("spec.distributed may only be set when mode is distributed")
     ref = spec.get("sshKeySecretRef") or {}
     if ref and not ref.get("name"):
         errors.append("spec.sshKeySecretRef.name is required")
     return errors
+
+
+def spec_warnings(spec):
+    """What the operator accepts in a DevServer spec but does not act on (status.warnings):
+    a ``distributed`` block on a standalone server (seed 000's example has one) is ignored."""
+    spec = spec or {}
+    warnings = []
+    if spec.get("mode", "standalone") != "distributed" and spec.get("distributed"):
+        warnings.append("spec.distributed is ignored: spec.mode is standalone. Remove the block, "
+                        "or create a new DevServer with mode: distributed (mode is immutable).")
+    return warnings
 
 
 def replicas(spec):
@@ -735,6 +757,7 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         "replicaStatuses": replica_statuses(meta.get("name"), pods, desired_replicas),
         # None values inside are removed by the status merge patch
         "queue": {key: queue.get(key) for key in QUEUE_STATUS_FIELDS} if queue else None,
+        "warnings": spec_warnings(spec) or None,
     }
     if ssh_service:
         status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))
@@ -904,6 +927,7 @@ class FilterModule(object):
         "torchdev_labels": labels,
         "torchdev_owner_reference": owner_reference,
         "torchdev_flavor_errors": flavor_errors,
+        "torchdev_flavor_gpu_count": flavor_gpu_count,
         "torchdev_resources": resources,
         "torchdev_env": env,
         "torchdev_is_subset": is_subset,
@@ -919,6 +943,7 @@ class FilterModule(object):
         "torchdev_flavor_users": flavor_users,
         "torchdev_flavor_notices": flavor_notices,
         "torchdev_spec_errors": spec_errors,
+        "torchdev_spec_warnings": spec_warnings,
         "torchdev_spec_problem": spec_problem,
         "torchdev_flavor_problem": flavor_problem,
         "torchdev_replicas": replicas,

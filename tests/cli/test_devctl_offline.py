@@ -8,9 +8,9 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import yaml
 
 from _support import tool
-import yaml
 
 from devctl_helpers import invoke
 
@@ -313,3 +313,16 @@ def test_format_table_is_kubectl_like():
     assert lines[2].split() == ["longer-name", "0/1"]
     assert all(line == line.rstrip() for line in lines)
     assert "\x1b[" not in text  # no colour
+
+
+@pytest.mark.parametrize("spec,gpus", [
+    ({}, 0),
+    ({"gpu": {"type": "nvidia-a10g", "count": 1}}, 1),
+    ({"resources": {"limits": {"nvidia.com/gpu": 2}}}, 2),          # seed 000's gpu-large form
+    ({"resources": {"requests": {"nvidia.com/gpu": "4"}}}, 4),
+    ({"gpu": {"count": 8}, "resources": {"limits": {"nvidia.com/gpu": 8}}}, 8),
+])
+def test_flavor_gpu_count(spec, gpus):
+    from devctl.flavor import gpu_count
+
+    assert gpu_count({"metadata": {"name": "f"}, "spec": spec}) == gpus

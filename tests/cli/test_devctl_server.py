@@ -231,6 +231,16 @@ def test_get_table_shows_conditions_ssh_and_events(devctl, cluster, ns):
     assert "Unrelated" not in out
 
 
+def test_get_table_shows_the_warnings(devctl, cluster):
+    cluster.create_devserver("gw")
+    warning = "spec.distributed is ignored: spec.mode is standalone. Remove the block."
+    cluster.set_status("gw", phase="Running", warnings=[warning])
+    out = devctl("get", "gw").stdout
+    assert out[out.index("Warnings:"):].splitlines()[1].strip() == warning
+    cluster.set_status("gw", warnings=None)
+    assert "Warnings:" not in devctl("get", "gw").stdout
+
+
 def test_get_events_last_ten(devctl, cluster):
     cluster.create_devserver("g3")
     for i in range(12):

@@ -63,6 +63,10 @@ def test_labels_and_selector():
     ({"resources": {"requests": {"cpu": 2}}}, {"requests": {"cpu": "2"}}),
     ({"gpu": {"type": "nvidia-h100", "count": 8}}, {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}),
     ({}, {}),
+    # seed 000's gpu-large: the GPUs only in resources
+    ({"resources": {"requests": {"cpu": 8, "nvidia.com/gpu": 1}, "limits": {"cpu": 16, "nvidia.com/gpu": 1}}},
+     {"requests": {"cpu": "8", "nvidia.com/gpu": "1"}, "limits": {"cpu": "16", "nvidia.com/gpu": "1"}}),
+    ({"gpu": {"count": 2}}, {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}),
 ])
 def test_resources(spec, expected):
     assert f.resources(spec) == expected
@@ -73,7 +77,6 @@ def test_resources(spec, expected):
     ({"resources": {"limits": {"nvidia.com/gpu": 2}}, "gpu": {"type": "t", "count": 1}}, "gpu.count (1)"),
     ({"resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}, "gpu": {"type": "t", "count": 2}},
      "must equal the limit"),
-    ({"gpu": {"count": 1}}, "gpu.type is required"),
     ({"resources": {"limits": {"memory": "4Gi"}}, "shmSize": "8Gi"}, "exceeds the memory limit"),
     ({"resources": {"limits": {"cpu": "lots"}}}, "invalid quantity"),
     ({"resources": {"limits": {"nvidia.com/gpu": "500m"}}, "gpu": {"type": "t", "count": 0}}, "whole number"),
@@ -83,6 +86,38 @@ def test_flavor_errors(spec, fragment):
     assert any(fragment in e for e in errors), errors
     with pytest.raises(ValueError):
         f.resources(spec)
+
+
+@pytest.mark.parametrize("spec,count", [
+    ({}, 0),
+    ({"gpu": {"type": "nvidia-h100", "count": 8}}, 8),
+    ({"gpu": {"count": 0}, "resources": {"limits": {"cpu": 2}}}, 0),
+    ({"resources": {"limits": {"nvidia.com/gpu": 2}}}, 2),
+    ({"resources": {"requests": {"nvidia.com/gpu": "4"}}}, 4),
+    ({"gpu": {}, "resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}}, 1),
+    ({"gpu": {"count": 2}, "resources": {"limits": {"nvidia.com/gpu": 2}}}, 2),
+])
+def test_flavor_gpu_count(spec, count):
+    assert f.flavor_gpu_count(spec) == count
+
+
+@pytest.mark.parametrize("spec", [{"resources": {"limits": {"nvidia.com/gpu": "500m"}}},
+                                  {"resources": {"limits": {"nvidia.com/gpu": "two"}}}])
+def test_flavor_gpu_count_rejects_fractions(spec):
+    with pytest.raises(ValueError):
+        f.flavor_gpu_count(spec)
+
+
+@pytest.mark.parametrize("spec,warnings", [
+    ({"mode": "standalone"}, []),
+    ({"mode": "distributed", "distributed": {"worldSize": 2}}, []),
+    ({"mode": "standalone", "distributed": {"worldSize": 4}}, ["spec.distributed is ignored: spec.mode is standalone"]),
+    ({"distributed": {"worldSize": 4}}, ["spec.distributed is ignored"]),
+])
+def test_spec_warnings(spec, warnings):
+    got = f.spec_warnings(spec)
+    assert len(got) == len(warnings) and all(g.startswith(w) for g, w in zip(got, warnings))
+    assert f.spec_errors(dict(spec, owner="a@b.c", flavor="x")) == []
 
 
 def test_valid_flavor_has_no_errors():
@@ -273,7 +308,6 @@ def test_failure_message_is_compact_and_bounded():
     ({"owner": "a@b.c", "flavor": "f", "persistentHomeSize": "10Mi"}, "at least 1Gi"),
     ({"owner": "a@b.c", "flavor": "f", "mode": "distributed", "distributed": {"worldSize": 3, "nprocsPerNode": 2}},
      "multiple"),
-    ({"owner": "a@b.c", "flavor": "f", "distributed": {"worldSize": 2}}, "only be set"),
     ({"owner": "a@b.c", "flavor": "f", "env": [{"name": "TORCHDEV_X", "value": "1"}]}, "reserved"),
     ({"flavor": "f"}, "owner is required"),
 ])
