@@ -11,8 +11,9 @@ from kubesim.testing import KubeSim
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with KubeSim(nodes=NODES) as s:
+def sim(request):
+    """A test module may bring its own node pools (``NODES = "..."``)."""
+    with KubeSim(nodes=getattr(request.module, "NODES", NODES)) as s:
         yield s
 
 

@@ -12,15 +12,15 @@ import subprocess
 
 import pytest
 
-from _e2e_helpers import GROUP, ROOT, VERSION, get_ds, load, wait_ready
+from _e2e_helpers import GROUP, ROOT, VERSION, get_ds, wait_ready
 from _support import tool
-from kubesim.testing import KubeSim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SEED = ROOT / "tests" / "data" / "seed000"
 PLACEHOLDERS = {"<server-name>": "my-dev", "<username>": "alice", "<user>": "alice"}
-# A node as the example's nodeSelector expects: label instance-type, one GPU, no taint.
+# This module's simulator (conftest.py): a node as the example's nodeSelector expects,
+# label instance-type, one GPU, no taint.
 NODES = "g4dn:1x{cpu:16,memory:64Gi,nvidia.com/gpu:1,labels:{instance-type:g4dn.xlarge}}"
 
 
@@ -29,32 +29,6 @@ def filled(name: str) -> str:
     for placeholder, value in PLACEHOLDERS.items():
         text = text.replace(placeholder, value)
     return text
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with KubeSim(nodes=NODES) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def kube(sim):
-    from kubernetes import client, config
-
-    api_client = config.new_client_from_config(sim.kubeconfig)
-    ext = client.ApiextensionsV1Api(api_client)
-    for crd in sorted((ROOT / "config" / "crd" / "bases").glob("*.yaml")):
-        ext.create_custom_resource_definition(load(crd))
-    return {"core": client.CoreV1Api(api_client), "custom": client.CustomObjectsApi(api_client)}
-
-
-@pytest.fixture(scope="module")
-def runtime(sim, kube):
-    from torchdev_runtime.runtime import Runtime
-
-    with Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig, ansible_config=str(ROOT / "ansible.cfg"),
-                 max_concurrent_reconciles=2) as rt:
-        yield rt
 
 
 def kubectl(sim, *args: str, stdin: str | None = None) -> str:
