@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from kubesim import errors
+from kubesim import errors, protobuf
 from kubesim.apiserver import FIELD_VALIDATION, ApiServer
 from kubesim.faults import FaultInjector
 from kubesim.metrics import Metrics
@@ -113,19 +113,20 @@ class KubeSimServer:
         except web.HTTPException as exc:
             response = exc
         except ConnectionResetError:  # dropped (fault injection) or gone: counted as code 0
-            self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY], 0, request.path,
-                                (time.perf_counter() - start) * 1000.0,
-                                request.headers.get("User-Agent", ""))
+            self._record(request, 0, start)
             raise
         except Exception as exc:  # never crash: report a 500 Status
             log.exception("internal error on %s %s", request.method, request.path)
             response = _status_response(errors.ApiError(500, f"internal error: {exc}"))
         if not request.path.startswith("/kubesim/"):
-            self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY],
-                                getattr(response, "status", 0), request.path,
-                                (time.perf_counter() - start) * 1000.0,
-                                request.headers.get("User-Agent", ""))
+            self._record(request, getattr(response, "status", 0), start)
         return response
+
+    def _record(self, request: web.Request, code: int, start: float) -> None:
+        self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY], code, request.path,
+                            (time.perf_counter() - start) * 1000.0,
+                            request.headers.get("User-Agent", ""),
+                            request.content_type if request.body_exists else "")
 
     async def _apply_faults(self, request: web.Request, verb: str, resource: str) -> None:
         action = self.faults.check(verb, resource)
@@ -352,19 +353,22 @@ class KubeSimServer:
         sub = segs[2] if len(segs) == 3 else None
         return Route(rt, namespace, name, sub)
 
-    async def _body(self, request: web.Request) -> Any:
+    async def _body(self, request: web.Request, route: Route) -> Any:
+        """The decoded request body (None when empty): JSON, YAML, or protobuf for the built-in
+        kinds kubesim.protobuf knows (client-go's typed clients send protobuf)."""
         raw = await request.read()
         if not raw:
             return None
         ctype = request.content_type
+        if ctype == protobuf.MEDIA_TYPE and not route.rt.crd:
+            kind = "DeleteOptions" if request.method == "DELETE" else route.rt.kind
+            return protobuf.decode(raw, route.rt.api_version, kind)
         if "protobuf" in ctype or "cbor" in ctype:
-            # like kube-apiserver for a media type it cannot decode. NB: kubectl's typed
-            # commands (`kubectl create configmap ...`) send protobuf and do not fall back;
-            # `kubectl apply/create -f`, `run`, `get`, `delete`, `wait` send JSON.
+            # like kube-apiserver for custom resources (JSON and YAML only) and for CBOR
+            # (served only behind a feature gate that is off by default)
             raise errors.ApiError(415, f"the body of the request was in an unknown format "
                                   f"({ctype}) - accepted media types include: application/json, "
-                                  f"application/yaml (kubesim does not decode protobuf)",
-                                  "UnsupportedMediaType")
+                                  f"application/yaml", "UnsupportedMediaType")
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
@@ -431,7 +435,7 @@ class KubeSimServer:
                 return _json(self._table(rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
             return _json(obj)
 
-        body = await self._body(request)
+        body = await self._body(request, route)
         field_manager = q.get("fieldManager")
         FIELD_VALIDATION.set(q.get("fieldValidation") or "Ignore")
         if method == "POST":
