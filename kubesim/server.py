@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import datetime
 import json
 import logging
 import time
@@ -15,6 +15,7 @@ from kubesim import errors, protobuf
 from kubesim.apiserver import FIELD_VALIDATION, ApiServer
 from kubesim.faults import FaultInjector
 from kubesim.metrics import Metrics
+from kubesim.openapi import OpenAPIV3
 from kubesim.registry import ResourceType
 
 log = logging.getLogger("kubesim.server")
@@ -67,6 +68,7 @@ class KubeSimServer:
         self.metrics = metrics or Metrics()
         self.faults = faults or FaultInjector()
         self._watch_tasks: set[asyncio.Task] = set()
+        self.openapi = OpenAPIV3(api.registry, api.crd)
         # group -> provider of an aggregated API (kube-aggregator's APIService): served
         # by the provider, listed in discovery while provider.enabled()
         self.aggregated: dict[str, Any] = {}
@@ -260,46 +262,29 @@ class KubeSimServer:
     async def group_resources(self, request: web.Request) -> web.Response:
         return _json(self._resource_list(request.match_info["group"], request.match_info["version"]))
 
-    # -- OpenAPI v3 (just enough for kubectl) ----------------------------------------
-    # kubectl reads /openapi/v3 to learn whether the server validates objects itself
-    # (a `fieldValidation` query parameter on each kind's PATCH operation); when it does,
-    # it sends fieldValidation=Strict instead of downloading schemas to validate
-    # client-side. No schemas are served: kubectl then uses its built-in patch metadata.
-    def _gv_paths(self) -> dict[str, tuple[str, str]]:
-        out = {}
-        for group, versions in self.api.registry.groups().items():
-            for v in versions:
-                out[f"apis/{group}/{v}" if group else f"api/{v}"] = (group, v)
-        return out
-
+    # -- OpenAPI v3 (openapi.py: what kubectl apply and explain read) ------------------------
     async def openapi_v3_root(self, request: web.Request) -> web.Response:
-        paths = {}
-        for path, (group, v) in sorted(self._gv_paths().items()):
-            kinds = ",".join(sorted(rt.kind for rt in self.api.registry.resources_in(group, v)))
-            digest = hashlib.sha256(kinds.encode()).hexdigest()[:16].upper()
-            paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
-        return _json({"paths": paths})
+        return _json(self.openapi.root())
 
     async def openapi_v3_gv(self, request: web.Request) -> web.Response:
-        gv = self._gv_paths().get(request.match_info["gv"].strip("/"))
-        if gv is None:
+        """One group-version's document. Like kube-openapi's handler: a stale `hash` is
+        redirected to the current one, a current one makes the answer cacheable for good."""
+        path = request.match_info["gv"].strip("/")
+        found = self.openapi.documents().get(path)
+        if found is None:
             raise errors.ApiError(404, "the server could not find the requested resource",
                                   "NotFound")
-        group, version = gv
-        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        params = [{"name": n, "in": "query", "schema": {"type": "string"}}
-                  for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
-        paths = {}
-        for rt in self.api.registry.resources_in(group, version):
-            gvk = {"group": group, "version": version, "kind": rt.kind}
-            ns = "/namespaces/{namespace}" if rt.namespaced else ""
-            paths[f"{prefix}{ns}/{rt.plural}/{{name}}"] = {"patch": {
-                "operationId": f"patch{rt.kind}", "parameters": params,
-                "responses": {"200": {"description": "OK"}},
-                "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk}}
-        return _json({"openapi": "3.0.0", "info": {"title": "Kubernetes (kubesim)",
-                                                   "version": K8S_VERSION_INFO["gitVersion"]},
-                      "paths": paths, "components": {"schemas": {}}})
+        data, digest = found
+        wanted = request.query.get("hash")
+        if wanted and wanted != digest:
+            return web.Response(status=301,
+                                headers={"Location": f"/openapi/v3/{path}?hash={digest}"})
+        headers = {"ETag": f'"{digest}"', "Vary": "Accept"}
+        if wanted:
+            expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=365)
+            headers.update({"Cache-Control": "public, immutable",
+                            "Expires": expires.strftime("%a, %d %b %Y %H:%M:%S GMT")})
+        return web.Response(body=data, content_type="application/json", headers=headers)
 
     # -- admin endpoints -----------------------------------------------------------
     async def get_metrics(self, request: web.Request) -> web.Response:

@@ -9,15 +9,19 @@ descriptions come from parsing config/crd/bases here.
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import os
+import re
 
 import pytest
+import yaml
 
 from kubesim import protobuf
-from kubesim.tests.test_cli_tools import kubectl
+from kubesim.tests.test_cli_tools import ROOT, kubectl
 
 PROTOBUF = protobuf.MEDIA_TYPE
+CRD_FILES = sorted(glob.glob(os.path.join(ROOT, "config", "crd", "bases", "*.yaml")))
 
 
 def get_json(sim, *args) -> dict:
@@ -133,3 +137,104 @@ def test_create_of_a_kind_without_protobuf_support_says_so(sim):
     assert proc.returncode == 1
     assert "kubesim decodes protobuf only for" in proc.stderr
     assert "Deployment apps/v1" in proc.stderr
+
+
+# -- kubectl explain on the project's CRDs -------------------------------------------------------
+def crd_schema(resource: str) -> tuple[dict, dict]:
+    """(CRD, openAPIV3Schema of its storage version) for a plural or short name, from the YAML."""
+    for path in CRD_FILES:
+        with open(path) as fh:
+            for crd in yaml.safe_load_all(fh):
+                names = crd["spec"]["names"]
+                if resource in (names["plural"], *names.get("shortNames", ())):
+                    version = next(v for v in crd["spec"]["versions"] if v["storage"])
+                    return crd, version["schema"]["openAPIV3Schema"]
+    raise AssertionError(f"no CRD for {resource} in {CRD_FILES}")
+
+
+def subschema(schema: dict, path: list[str]) -> dict:
+    for name in path:
+        schema = schema["properties"][name]
+        schema = schema.get("items") or schema
+    return schema
+
+
+def words(text: str) -> str:
+    """Text with every run of whitespace as one space (kubectl wraps descriptions)."""
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def crds(sim):
+    assert CRD_FILES, "no CRDs in config/crd/bases"
+    for path in CRD_FILES:
+        kubectl(sim, "apply", "--server-side", "-f", path)
+    for path in CRD_FILES:
+        with open(path) as fh:
+            name = yaml.safe_load(fh)["metadata"]["name"]
+        kubectl(sim, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+    return sim
+
+
+@pytest.mark.parametrize("target", ["devservers.spec", "devservers.spec.lifecycle",
+                                    "devservers.spec.distributed", "devserverflavors.spec.resources",
+                                    "dsf.spec.resources"])
+def test_explain_crd_fields(crds, target):
+    resource, *path = target.split(".")
+    crd, schema = crd_schema(resource)
+    field = subschema(schema, path)
+    out = kubectl(crds, "explain", target).stdout
+    version = next(v["name"] for v in crd["spec"]["versions"] if v["storage"])
+    assert out.startswith(f"GROUP:      {crd['spec']['group']}\n"
+                          f"KIND:       {crd['spec']['names']['kind']}\n"
+                          f"VERSION:    {version}\n"), out
+    assert f"FIELD: {path[-1]} <Object>" in out
+    assert words(field["description"]) in words(out)
+    assert field["properties"]
+    for name, prop in field["properties"].items():
+        line = re.search(rf"^  {re.escape(name)}\t<[^>]+>( -required-)?$", out, re.M)
+        assert line, (name, out)
+        assert bool(line.group(1)) == (name in field.get("required", ())), name
+        assert words(prop.get("description", "<no description>")) in words(out), name
+
+
+def test_explain_crd_kind_and_metadata(crds):
+    crd, schema = crd_schema("devservers")
+    out = kubectl(crds, "explain", "devservers").stdout
+    assert words(schema["description"]) in words(out)
+    for name in ("apiVersion", "kind", "spec", "status"):
+        assert re.search(rf"^  {name}\t<", out, re.M), name
+    assert re.search(r"^  metadata\t<ObjectMeta>$", out, re.M)
+    meta = kubectl(crds, "explain", "devservers.metadata.labels").stdout
+    assert "FIELD: labels <map[string]string>" in meta
+
+
+def test_explain_recursive(crds):
+    _, schema = crd_schema("devservers")
+    out = kubectl(crds, "explain", "devservers.spec", "--recursive").stdout
+
+    def names(node: dict, depth: int):
+        for name, prop in (node.get("properties") or {}).items():
+            yield depth, name
+            yield from names(prop.get("items") or prop, depth + 1)
+
+    for depth, name in names(schema["properties"]["spec"], 1):
+        assert re.search(rf"^{'  ' * depth}{re.escape(name)}\t<", out, re.M), name
+
+
+def test_explain_builtin_kind(sim):
+    out = kubectl(sim, "explain", "pods.spec.containers.resources").stdout
+    assert out.startswith("KIND:       Pod\nVERSION:    v1\n"), out
+    assert "FIELD: resources <ResourceRequirements>" in out
+    assert re.search(r"^  limits\t<map\[string\]Quantity>$", out, re.M)
+
+
+def test_apply_after_explain_still_validates_strictly(crds, tmp_path):
+    """kubectl apply finds fieldValidation on the CRD's PATCH operation and sends Strict:
+    an unknown field is an error instead of being pruned."""
+    path = tmp_path / "flavor.yaml"
+    path.write_text("apiVersion: torchdev.io/v1alpha1\nkind: DevServerFlavor\n"
+                    "metadata: {name: strict-check}\nspec: {bogusField: 1}\n")
+    proc = kubectl(crds, "apply", "-f", str(path), check=False)
+    assert proc.returncode == 1
+    assert 'strict decoding error: unknown field "spec.bogusField"' in proc.stderr
