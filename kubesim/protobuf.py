@@ -189,12 +189,17 @@ def message_class(name: str) -> type[Message]:
 
 
 # -- messages -> JSON ------------------------------------------------------------------------
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
 def _time(msg: Message) -> str | None:
     """metav1.Time: RFC 3339 in UTC, whole seconds; an empty message is the zero time (null)."""
     if not msg.ListFields():
         return None
-    moment = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + \
-        datetime.timedelta(seconds=msg.seconds)
+    try:
+        moment = _EPOCH + datetime.timedelta(seconds=msg.seconds)
+    except OverflowError:
+        raise errors.bad_request(f"time out of range: {msg.seconds} seconds") from None
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -271,6 +276,14 @@ def _parse(name: str, data: bytes, what: str) -> Message:
         raise errors.bad_request(f"unable to decode {what} from protobuf: {exc}") from None
 
 
+def _to_json(name: str, msg: Message, what: str) -> dict[str, Any]:
+    try:
+        return to_json(name, msg)
+    except UnicodeDecodeError:
+        raise errors.bad_request(f"unable to decode {what} from protobuf: a string field is "
+                                 f"not valid UTF-8") from None
+
+
 def _message_for(api_version: str, kind: str) -> str:
     name = KINDS.get((api_version, kind)) or (kind if kind in _ANY_VERSION_KINDS else None)
     if name is None:
@@ -293,20 +306,17 @@ def decode(body: bytes, api_version: str = "", kind: str = "") -> dict[str, Any]
     if len(body) == len(MAGIC):
         raise errors.bad_request("empty body")
     envelope = _parse("Unknown", body[len(MAGIC):], "the runtime.Unknown envelope")
-    api_version = envelope.typeMeta.apiVersion or api_version
-    kind = envelope.typeMeta.kind or kind
+    type_meta = _to_json("TypeMeta", envelope.typeMeta, "the runtime.Unknown envelope")
+    api_version = type_meta.get("apiVersion") or api_version
+    kind = type_meta.get("kind") or kind
     if not kind:
         raise errors.bad_request("Object 'Kind' is missing in the protobuf envelope")
     if not api_version:
         raise errors.bad_request("Object 'apiVersion' is missing in the protobuf envelope")
     name = _message_for(api_version, kind)
-    msg = _parse(name, envelope.raw, f"{kind} {api_version}")
-    try:
-        obj = to_json(name, msg)
-    except UnicodeDecodeError:
-        raise errors.bad_request(f"unable to decode {kind} {api_version} from protobuf: "
-                                 f"a string field is not valid UTF-8") from None
-    return {"apiVersion": api_version, "kind": kind, **obj}
+    what = f"{kind} {api_version}"
+    return {"apiVersion": api_version, "kind": kind,
+            **_to_json(name, _parse(name, envelope.raw, what), what)}
 
 
 def encode(name: str, fields: dict[str, Any], api_version: str, kind: str) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 
 import pytest
 
@@ -165,6 +166,10 @@ MALFORMED = [
                  id="map-key-not-utf8"),
     pytest.param(envelope(meta(ld(17, ld(7, ld(1, "{not json")))), kind="ConfigMap"), 400,
                  "fieldsV1", id="fieldsv1-not-json"),
+    pytest.param(envelope(meta(ld(9, vi(1, 1 << 62))), kind="ConfigMap"), 400,
+                 "time out of range", id="timestamp-out-of-range"),
+    pytest.param(protobuf.MAGIC + ld(1, ld(1, "v1") + ld(2, b"Config\xffMap")), 400,
+                 "runtime.Unknown envelope", id="kind-not-utf8"),
     pytest.param(envelope(b"", "apps/v1", "Deployment"), 415,
                  "kubesim decodes protobuf only for", id="kind-without-message"),
     pytest.param(envelope(b"", "v2", "ConfigMap"), 415, "not ConfigMap v2",
@@ -178,6 +183,29 @@ def test_decode_malformed(body, code, text):
         protobuf.decode(body, "v1", "")
     assert info.value.code == code
     assert text in info.value.message
+
+
+def test_mutated_bodies_decode_or_give_a_4xx():
+    """Every truncation and many random byte changes of valid bodies: a JSON-serialisable
+    object or an ApiError 400/415, never another exception (which would be a 500)."""
+    rng = random.Random(7)
+    bodies = [p.values[0] for p in DECODED]
+    outcomes = set()
+    for body in bodies:
+        mutants = [body[:n] for n in range(len(body))]
+        for _ in range(200):
+            data = bytearray(body)
+            for _ in range(rng.randint(1, 3)):
+                data[rng.randrange(len(protobuf.MAGIC), len(data))] = rng.randrange(256)
+            mutants.append(bytes(data))
+        for mutant in mutants:
+            try:
+                json.dumps(protobuf.decode(mutant, "v1", "ConfigMap"))
+                outcomes.add("decoded")
+            except errors.ApiError as exc:
+                assert exc.code in (400, 415), (mutant, exc.message)
+                outcomes.add(exc.code)
+    assert outcomes == {"decoded", 400, 415}
 
 
 def test_decode_without_any_kind_is_400():
