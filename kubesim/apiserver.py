@@ -123,6 +123,10 @@ class ApiServer:
         if not isinstance(obj.get("metadata", {}), dict):
             raise errors.bad_request("metadata must be an object")
 
+    def crd(self, name: str) -> Obj | None:
+        """The stored CustomResourceDefinition `name` (not a copy: read only), or None."""
+        return self.store.get(_CRD_KEY, "", name)
+
     def crd_model(self, rt: ResourceType) -> Any:
         from kubesim import validation
 

@@ -14,11 +14,12 @@ class Metrics:
         self.log: deque[dict[str, Any]] = deque(maxlen=log_size)
 
     def record(self, verb: str, resource: str, code: int, path: str, latency_ms: float,
-               user_agent: str = "") -> None:
+               user_agent: str = "", content_type: str = "") -> None:
+        """Count one request and log it (`content_type`: the request body's, "" without one)."""
         self.counts[(verb, resource, code)] += 1
         self.log.append({"time": time.time(), "verb": verb, "resource": resource, "code": code,
                          "path": path, "latency_ms": round(latency_ms, 3),
-                         "user_agent": user_agent})
+                         "user_agent": user_agent, "content_type": content_type})
 
     def reset(self) -> None:
         self.counts.clear()

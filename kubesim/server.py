@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import datetime
 import json
 import logging
 import time
@@ -11,10 +11,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from kubesim import errors
+from kubesim import errors, protobuf
 from kubesim.apiserver import FIELD_VALIDATION, ApiServer
 from kubesim.faults import FaultInjector
 from kubesim.metrics import Metrics
+from kubesim.openapi import OpenAPIV3
 from kubesim.registry import ResourceType
 
 log = logging.getLogger("kubesim.server")
@@ -67,6 +68,7 @@ class KubeSimServer:
         self.metrics = metrics or Metrics()
         self.faults = faults or FaultInjector()
         self._watch_tasks: set[asyncio.Task] = set()
+        self.openapi = OpenAPIV3(api.registry, api.crd)
         # group -> provider of an aggregated API (kube-aggregator's APIService): served
         # by the provider, listed in discovery while provider.enabled()
         self.aggregated: dict[str, Any] = {}
@@ -113,19 +115,20 @@ class KubeSimServer:
         except web.HTTPException as exc:
             response = exc
         except ConnectionResetError:  # dropped (fault injection) or gone: counted as code 0
-            self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY], 0, request.path,
-                                (time.perf_counter() - start) * 1000.0,
-                                request.headers.get("User-Agent", ""))
+            self._record(request, 0, start)
             raise
         except Exception as exc:  # never crash: report a 500 Status
             log.exception("internal error on %s %s", request.method, request.path)
             response = _status_response(errors.ApiError(500, f"internal error: {exc}"))
         if not request.path.startswith("/kubesim/"):
-            self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY],
-                                getattr(response, "status", 0), request.path,
-                                (time.perf_counter() - start) * 1000.0,
-                                request.headers.get("User-Agent", ""))
+            self._record(request, getattr(response, "status", 0), start)
         return response
+
+    def _record(self, request: web.Request, code: int, start: float) -> None:
+        self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY], code, request.path,
+                            (time.perf_counter() - start) * 1000.0,
+                            request.headers.get("User-Agent", ""),
+                            request.content_type if request.body_exists else "")
 
     async def _apply_faults(self, request: web.Request, verb: str, resource: str) -> None:
         action = self.faults.check(verb, resource)
@@ -259,46 +262,29 @@ class KubeSimServer:
     async def group_resources(self, request: web.Request) -> web.Response:
         return _json(self._resource_list(request.match_info["group"], request.match_info["version"]))
 
-    # -- OpenAPI v3 (just enough for kubectl) ----------------------------------------
-    # kubectl reads /openapi/v3 to learn whether the server validates objects itself
-    # (a `fieldValidation` query parameter on each kind's PATCH operation); when it does,
-    # it sends fieldValidation=Strict instead of downloading schemas to validate
-    # client-side. No schemas are served: kubectl then uses its built-in patch metadata.
-    def _gv_paths(self) -> dict[str, tuple[str, str]]:
-        out = {}
-        for group, versions in self.api.registry.groups().items():
-            for v in versions:
-                out[f"apis/{group}/{v}" if group else f"api/{v}"] = (group, v)
-        return out
-
+    # -- OpenAPI v3 (openapi.py: what kubectl apply and explain read) ------------------------
     async def openapi_v3_root(self, request: web.Request) -> web.Response:
-        paths = {}
-        for path, (group, v) in sorted(self._gv_paths().items()):
-            kinds = ",".join(sorted(rt.kind for rt in self.api.registry.resources_in(group, v)))
-            digest = hashlib.sha256(kinds.encode()).hexdigest()[:16].upper()
-            paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
-        return _json({"paths": paths})
+        return _json(self.openapi.root())
 
     async def openapi_v3_gv(self, request: web.Request) -> web.Response:
-        gv = self._gv_paths().get(request.match_info["gv"].strip("/"))
-        if gv is None:
+        """One group-version's document. Like kube-openapi's handler: a stale `hash` is
+        redirected to the current one, a current one makes the answer cacheable for good."""
+        path = request.match_info["gv"].strip("/")
+        found = self.openapi.documents().get(path)
+        if found is None:
             raise errors.ApiError(404, "the server could not find the requested resource",
                                   "NotFound")
-        group, version = gv
-        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        params = [{"name": n, "in": "query", "schema": {"type": "string"}}
-                  for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
-        paths = {}
-        for rt in self.api.registry.resources_in(group, version):
-            gvk = {"group": group, "version": version, "kind": rt.kind}
-            ns = "/namespaces/{namespace}" if rt.namespaced else ""
-            paths[f"{prefix}{ns}/{rt.plural}/{{name}}"] = {"patch": {
-                "operationId": f"patch{rt.kind}", "parameters": params,
-                "responses": {"200": {"description": "OK"}},
-                "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk}}
-        return _json({"openapi": "3.0.0", "info": {"title": "Kubernetes (kubesim)",
-                                                   "version": K8S_VERSION_INFO["gitVersion"]},
-                      "paths": paths, "components": {"schemas": {}}})
+        data, digest = found
+        wanted = request.query.get("hash")
+        if wanted and wanted != digest:
+            return web.Response(status=301,
+                                headers={"Location": f"/openapi/v3/{path}?hash={digest}"})
+        headers = {"ETag": f'"{digest}"', "Vary": "Accept"}
+        if wanted:
+            expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=365)
+            headers.update({"Cache-Control": "public, immutable",
+                            "Expires": expires.strftime("%a, %d %b %Y %H:%M:%S GMT")})
+        return web.Response(body=data, content_type="application/json", headers=headers)
 
     # -- admin endpoints -----------------------------------------------------------
     async def get_metrics(self, request: web.Request) -> web.Response:
@@ -352,19 +338,22 @@ class KubeSimServer:
         sub = segs[2] if len(segs) == 3 else None
         return Route(rt, namespace, name, sub)
 
-    async def _body(self, request: web.Request) -> Any:
+    async def _body(self, request: web.Request, route: Route) -> Any:
+        """The decoded request body (None when empty): JSON, YAML, or protobuf for the built-in
+        kinds kubesim.protobuf knows (client-go's typed clients send protobuf)."""
         raw = await request.read()
         if not raw:
             return None
         ctype = request.content_type
+        if ctype == protobuf.MEDIA_TYPE and not route.rt.crd:
+            kind = "DeleteOptions" if request.method == "DELETE" else route.rt.kind
+            return protobuf.decode(raw, route.rt.api_version, kind)
         if "protobuf" in ctype or "cbor" in ctype:
-            # like kube-apiserver for a media type it cannot decode. NB: kubectl's typed
-            # commands (`kubectl create configmap ...`) send protobuf and do not fall back;
-            # `kubectl apply/create -f`, `run`, `get`, `delete`, `wait` send JSON.
+            # like kube-apiserver for custom resources (JSON and YAML only) and for CBOR
+            # (served only behind a feature gate that is off by default)
             raise errors.ApiError(415, f"the body of the request was in an unknown format "
                                   f"({ctype}) - accepted media types include: application/json, "
-                                  f"application/yaml (kubesim does not decode protobuf)",
-                                  "UnsupportedMediaType")
+                                  f"application/yaml", "UnsupportedMediaType")
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
@@ -431,7 +420,7 @@ class KubeSimServer:
                 return _json(self._table(rt, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
             return _json(obj)
 
-        body = await self._body(request)
+        body = await self._body(request, route)
         field_manager = q.get("fieldManager")
         FIELD_VALIDATION.set(q.get("fieldValidation") or "Ignore")
         if method == "POST":

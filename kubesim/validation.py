@@ -134,8 +134,11 @@ def _schema_dir(strict: bool = True) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _definitions() -> dict:
-    with open(os.path.join(_schema_dir(), "_definitions.json")) as f:
+def definitions(strict: bool = True) -> dict:
+    """kubernetes-validate's ``_definitions.json`` ({"$defs": {name: JSON schema}}): with
+    ``strict`` every object has ``additionalProperties: false`` (validation); without, the
+    schemas are as the apiserver publishes them, adapted to JSON Schema (nullable types)."""
+    with open(os.path.join(_schema_dir(strict), "_definitions.json")) as f:
         return json.load(f)
 
 
@@ -147,7 +150,7 @@ def _kind_file(api_version: str, kind: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def builtin_schema(api_version: str, kind: str) -> dict | None:
-    """The strict JSON schema of a built-in kind (refs point into ``_definitions()``), or None."""
+    """The strict JSON schema of a built-in kind (refs point into ``definitions()``), or None."""
     path = _kind_file(api_version, kind)
     if not os.path.exists(path):
         return None
@@ -173,7 +176,7 @@ def resolve_ref(node: dict) -> dict:
     while isinstance(node, dict) and "$ref" in node and seen < 50:
         ref = node["$ref"]
         name = ref.rsplit("/", 1)[-1]
-        node = _definitions()["$defs"][name]
+        node = definitions()["$defs"][name]
         seen += 1
     return node
 
@@ -186,7 +189,7 @@ def _builtin_validator(api_version: str, kind: str) -> jsonschema.protocols.Vali
     with _lock:
         registry = Registry().with_resources([
             (schema["$id"], Resource.from_contents(schema)),
-            (_DEFS_URI, Resource.from_contents(_definitions())),
+            (_DEFS_URI, Resource.from_contents(definitions())),
         ])
         return jsonschema.Draft202012Validator(schema, registry=registry)
 
