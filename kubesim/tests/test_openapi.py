@@ -14,7 +14,7 @@ from kubesim.tests.conftest import WIDGET_CRD, WIDGET_GROUP
 from kubesim.testing import KubeSim
 
 CRD_KEY = "customresourcedefinitions.apiextensions.k8s.io"
-WIDGET = f"io.kubesim.tests.v1.Widget"
+WIDGET = "io.kubesim.tests.v1.Widget"
 
 
 @pytest.mark.parametrize("group,version,kind,name", [
