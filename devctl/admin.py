@@ -23,6 +23,8 @@ from .output import DURATION, age, as_list, info, output_option, print_object, p
 
 KIND = "DevUser"
 RESOURCE = "devuser.torchdev.io"
+# On a namespace the DevUser role created: "devuser/<name>" (roles/devuser, docs/api.md).
+CREATED_BY_ANNOTATION = "torchdev.io/created-by"
 # metadata.name is the username: a DNS-1123 label of at most 59 characters (dev-<name> <= 63).
 USER_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 USER_MAX = 59
@@ -102,7 +104,7 @@ def build_devuser(name: str, *, email: str, ssh_keys: list[str] | None = None, g
                   cpu: str | None = None, memory: str | None = None,
                   flavor_quotas: list[dict] | None = None, cluster_queue: str | None = None,
                   priority_class: str | None = None, ssh_cidrs: list[str] | None = None,
-                  deletion_policy: str | None = None) -> dict:
+                  deletion_policy: str | None = None, adopt_namespace: bool | None = None) -> dict:
     """The DevUser devctl applies: only the fields given (the CRD defaults the rest)."""
     spec: dict[str, Any] = {"email": email}
     if ssh_keys is not None:
@@ -118,11 +120,13 @@ def build_devuser(name: str, *, email: str, ssh_keys: list[str] | None = None, g
         spec["network"] = {"sshAllowedCIDRs": list(ssh_cidrs)}
     if deletion_policy:
         spec["deletionPolicy"] = deletion_policy
+    if adopt_namespace:
+        spec["adoptNamespace"] = True
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
 
 
 # spec fields onboard sets, as paths (the options that set them).
-MANAGED_PATHS = (("sshPublicKeys",), ("deletionPolicy",), ("quota", "gpus"), ("quota", "cpu"),
+MANAGED_PATHS = (("sshPublicKeys",), ("deletionPolicy",), ("adoptNamespace",), ("quota", "gpus"), ("quota", "cpu"),
                  ("quota", "memory"), ("quota", "flavors"), ("queue", "clusterQueue"),
                  ("queue", "priorityClass"), ("network", "sshAllowedCIDRs"))
 
@@ -155,6 +159,17 @@ def keep_current(body: dict, current: dict) -> dict:
         if value is not None and path[-1] not in target:
             target[path[-1]] = value
     return body
+
+
+def created_by_torchdev(api, namespace: str, user: str) -> bool:
+    """Whether the DevUser ``user`` created ``namespace`` (its annotation torchdev.io/created-by:
+    the only kind deletionPolicy Delete deletes); True when it does not exist (nothing to keep)."""
+    try:
+        ns = api.get_namespace(namespace)
+    except NotFound:
+        return True
+    annotations = (ns.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(CREATED_BY_ANNOTATION) == f"devuser/{user}"
 
 
 def user_namespace(obj: dict) -> str:
@@ -220,6 +235,9 @@ def admin() -> None:
               help="Source range allowed to reach SSH (repeatable; default 10.0.0.0/8).")
 @click.option("--deletion-policy", type=click.Choice(["Retain", "Delete"]),
               help="What deleting the DevUser does to the namespace and its volumes (default Retain).")
+@click.option("--adopt-namespace", is_flag=True, default=None,
+              help="Manage an existing namespace dev-USER that torchdev did not create (it is never "
+                   "deleted by torchdev).")
 @click.option("--force-conflicts", is_flag=True,
               help="Take over fields another field manager owns (server-side apply force).")
 @click.option("--wait", "wait_", is_flag=True, help="Wait until the user is Ready.")
@@ -233,7 +251,8 @@ def admin() -> None:
 def onboard(settings: Settings, user: str, email: str | None, ssh_key_files: tuple[str, ...],
             gpus: int | None, cpu: str | None, memory: str | None, flavor_quotas: tuple[str, ...],
             cluster_queue: str | None, priority_class: str | None, ssh_cidrs: tuple[str, ...],
-            deletion_policy: str | None, force_conflicts: bool, wait_: bool, timeout: float,
+            deletion_policy: str | None, adopt_namespace: bool | None, force_conflicts: bool,
+            wait_: bool, timeout: float,
             dry_run: str | None, output: str) -> None:
     """Onboard USER: create their DevUser, or update it (namespace dev-USER, quota, queue, keys).
 
@@ -249,7 +268,8 @@ def onboard(settings: Settings, user: str, email: str | None, ssh_key_files: tup
     fields = dict(ssh_keys=keys, gpus=gpus, cpu=cpu, memory=memory,
                   flavor_quotas=parse_flavor_quota(flavor_quotas) if flavor_quotas else None,
                   cluster_queue=cluster_queue, priority_class=priority_class,
-                  ssh_cidrs=list(ssh_cidrs) if ssh_cidrs else None, deletion_policy=deletion_policy)
+                  ssh_cidrs=list(ssh_cidrs) if ssh_cidrs else None, deletion_policy=deletion_policy,
+                  adopt_namespace=adopt_namespace)
     if dry_run == "client":
         if not email:
             raise click.UsageError("--dry-run=client needs --email")
@@ -316,6 +336,10 @@ def offboard(settings: Settings, user: str, delete_data: bool, yes: bool, wait_:
     obj = api.get_devuser(user)
     namespace = user_namespace(obj)
     policy = (obj.get("spec") or {}).get("deletionPolicy") or "Retain"
+    if delete_data and not created_by_torchdev(api, namespace, user):
+        raise DevctlError(f"namespace {namespace} was not created by torchdev (adopted, or someone "
+                          "else's): --delete-data never deletes it; offboard without --delete-data "
+                          "and delete the namespace yourself if you mean to")
     if delete_data:
         if not yes:
             what = f"namespace {namespace} with every dev server, home and shared volume in it"

@@ -34,6 +34,8 @@ Filters
     Merge patches that drop ownerReferences to the DevUser from retained objects.
 ``torchdev_devuser_suspend(devservers)``
     Merge patches that suspend the DevServers that are not suspended yet.
+``torchdev_devuser_namespace(namespace, name, adopt)``
+    How the DevUser stands with its namespace: created, adopted, or someone else's.
 ``torchdev_devuser_status(name, spec, kueue, generation, problem=None)``
     The DevUser status and its conditions.
 """
@@ -49,6 +51,11 @@ import re
 
 API_VERSION = "torchdev.io/v1alpha1"
 USER_LABEL = "torchdev.io/user"
+# On the namespace dev-<name>, value "devuser/<name>": this DevUser created it (only such a
+# namespace is ever deleted, deletionPolicy Delete) / manages it without having created it.
+CREATED_BY = "torchdev.io/created-by"
+ADOPTED_BY = "torchdev.io/adopted-by"
+PRIMARY_RESOURCE = "operator-sdk/primary-resource"
 MANAGED_BY = "torchdev-operator"
 CPU, MEMORY, GPU = "cpu", "memory", "nvidia.com/gpu"
 # The resources every per-user ClusterQueue covers; any other resource a DevServerFlavor
@@ -346,6 +353,38 @@ def suspend(devservers):
 
 
 # --------------------------------------------------------------------------- status
+def namespace_claim(namespace, name, adopt=False):
+    """How the DevUser ``name`` stands with its namespace (the live Namespace, or None):
+
+    ``{"created": bool, "managed": bool, "annotations": {...}, "problem": {reason, message} | None}``
+
+    * none yet, or annotated ``torchdev.io/created-by: devuser/<name>``: created by this DevUser
+      (rendered with that annotation; the only kind deletionPolicy Delete deletes);
+    * annotated ``torchdev.io/adopted-by: devuser/<name>``, or labelled and annotated as this
+      user's by a version before these annotations (it cannot say who made it): adopted;
+    * anything else is someone's namespace: adopted only with ``spec.adoptNamespace``, else a
+      problem (``NamespaceNotOwned``) and nothing is changed in it.
+    """
+    marker = "devuser/%s" % name
+    meta = (namespace or {}).get("metadata") or {}
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    ns_name = meta.get("name") or ""
+    created = {"created": True, "managed": True, "annotations": {CREATED_BY: marker}, "problem": None}
+    adopted = {"created": False, "managed": True, "annotations": {ADOPTED_BY: marker}, "problem": None}
+    if namespace is None or annotations.get(CREATED_BY) == marker:
+        return created
+    legacy = labels.get(USER_LABEL) == name and annotations.get(PRIMARY_RESOURCE) == "/%s" % name
+    if annotations.get(ADOPTED_BY) == marker or legacy or adopt:
+        return adopted
+    message = ("namespace %s exists and was not created by torchdev (it has no annotation %s: %s); "
+               "nothing in it was changed. To let DevUser %s manage it (labels, restricted Pod Security, "
+               "quota, limits and network policies; torchdev never deletes an adopted namespace), set "
+               "spec.adoptNamespace: true (devctl admin onboard %s --adopt-namespace); otherwise remove or "
+               "rename the namespace." % (ns_name, CREATED_BY, marker, name, name))
+    return {"created": False, "managed": False, "annotations": {},
+            "problem": {"reason": "NamespaceNotOwned", "message": message}}
+
+
 def status(name, spec_, kueue, generation, problem_=None, names=None):
     """The DevUser status: ``names`` maps namespace / sharedClaim / localQueue / clusterQueue
     to the names the role uses.  ``problem_`` ({reason, message}) is a permanent problem
@@ -401,6 +440,7 @@ class FilterModule(object):
         "torchdev_devuser_replace": replace,
         "torchdev_devuser_detach": detach,
         "torchdev_devuser_suspend": suspend,
+        "torchdev_devuser_namespace": namespace_claim,
         "torchdev_devuser_status": status,
     }
 

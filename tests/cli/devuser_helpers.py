@@ -74,9 +74,10 @@ class Users:
         return self.set_status(name, **status)
 
     # namespace objects -----------------------------------------------------------------------
-    def namespace(self, name: str, labels: dict | None = None) -> None:
+    def namespace(self, name: str, labels: dict | None = None, annotations: dict | None = None) -> None:
         self.core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
-                                    "metadata": {"name": name, "labels": labels or {}}})
+                                    "metadata": {"name": name, "labels": labels or {},
+                                                 "annotations": annotations or {}}})
 
     def resource_quota(self, namespace: str, hard: dict, used: dict) -> None:
         """ResourceQuota ``torchdev-quota`` with a status like the quota controller's."""

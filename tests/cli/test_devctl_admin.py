@@ -291,6 +291,36 @@ def test_offboard_delete_data_with_yes(admin, users):
     _release(users, name)
 
 
+@pytest.mark.parametrize("annotations", [{}, {"torchdev.io/adopted-by": "devuser/x"}])
+def test_offboard_delete_data_refuses_a_namespace_torchdev_did_not_create(admin, users, annotations):
+    name = unique("rita")
+    users.namespace(f"dev-{name}", annotations=annotations)
+    _onboarded(users, name)
+    line = _error(admin("offboard", name, "--delete-data", "--yes"))
+    assert f"namespace dev-{name} was not created by torchdev" in line
+    obj = users.get(name)
+    assert not obj["metadata"].get("deletionTimestamp") and obj["spec"]["deletionPolicy"] == "Retain"
+    _release(users, name)
+
+
+def test_offboard_delete_data_of_a_created_namespace(admin, users):
+    name = unique("sam")
+    users.namespace(f"dev-{name}", annotations={"torchdev.io/created-by": f"devuser/{name}"})
+    _onboarded(users, name)
+    assert admin("offboard", name, "--delete-data", "--yes").exit_code == 0
+    assert users.get(name)["spec"]["deletionPolicy"] == "Delete"
+    _release(users, name)
+
+
+def test_onboard_adopt_namespace(admin, users):
+    name = unique("tom")
+    result = admin("onboard", name, "--email", f"{name}@example.com", "--adopt-namespace", "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    assert users.get(name)["spec"]["adoptNamespace"] is True
+    assert admin("onboard", name, "--gpus", "2").exit_code == 0  # kept when not given again
+    assert users.get(name)["spec"]["adoptNamespace"] is True
+
+
 @pytest.mark.parametrize("answer, deleted", [("y\n", True), ("n\n", False)])
 def test_offboard_delete_data_asks_on_a_terminal(admin, users, monkeypatch, answer, deleted):
     import devctl.admin

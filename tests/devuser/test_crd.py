@@ -43,6 +43,7 @@ def test_defaults(model):
         "queue": {}, "network": {},
         "sharedStorage": {"size": "100Gi", "storageClassName": "efs-sc"},
         "deletionPolicy": "Retain",
+        "adoptNamespace": False,
     }
 
 

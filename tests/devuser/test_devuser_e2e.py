@@ -217,3 +217,97 @@ def test_check_mode_of_a_new_devuser_writes_nothing(sim, kube, runtime, tmp_path
     assert "changed=0" not in proc.stdout, proc.stdout[-2000:]
     writes = [r for r in sim.requests() if r.get("verb") not in ("get", "list", "watch")]
     assert gone(kube["core"].read_namespace, "dev-hal"), writes
+
+
+# --- a namespace dev-<name> that torchdev did not create (docs/api.md "DevUser") ----------
+
+def _foreign_namespace(kube, name: str) -> None:
+    """Someone's namespace dev-<name> with a claim and a DevServer in it, made before the DevUser."""
+    core = kube["core"]
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": f"dev-{name}", "labels": {"team": "theirs"}}})
+    core.create_namespaced_persistent_volume_claim(f"dev-{name}", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "their-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, f"dev-{name}", "devservers",
+                                                   _devserver("theirs", "them@example.com"))
+
+
+def _warnings(kube, name: str, reason: str) -> list:
+    events = kube["core"].list_namespaced_event("default").items
+    return [e for e in events if e.involved_object.name == name and e.reason == reason and e.type == "Warning"]
+
+
+def _untouched(kube, name: str) -> None:
+    core = kube["core"]
+    ns = core.read_namespace(f"dev-{name}")
+    assert ns.metadata.deletion_timestamp is None
+    assert ns.metadata.labels.get("team") == "theirs" and "torchdev.io/user" not in ns.metadata.labels
+    assert "pod-security.kubernetes.io/enforce" not in ns.metadata.labels
+    assert not (ns.metadata.annotations or {}).get("torchdev.io/created-by")
+    assert not kube["net"].list_namespaced_network_policy(f"dev-{name}").items
+    assert not core.list_namespaced_resource_quota(f"dev-{name}").items
+    assert core.read_namespaced_persistent_volume_claim("their-data", f"dev-{name}").metadata.deletion_timestamp is None
+    ds = kube["custom"].get_namespaced_custom_object(GROUP, VERSION, f"dev-{name}", "devservers", "theirs")
+    assert not ds["spec"].get("suspend")
+
+
+def test_existing_namespace_is_not_taken_over(sim, kube, runtime):
+    _foreign_namespace(kube, "hank")
+    create_devuser(kube, "hank", deletionPolicy="Delete")
+    obj = sim.wait_for(lambda: (lambda o: o if condition(o, "Degraded").get("reason") == "NamespaceNotOwned" else None)(
+        get_devuser(kube, "hank")), 120, interval=0.2, message="hank Degraded/NamespaceNotOwned")
+    degraded = condition(obj, "Degraded")
+    assert "dev-hank" in degraded["message"] and "spec.adoptNamespace: true" in degraded["message"]
+    assert obj["status"]["phase"] == "Failed" and condition(obj, "Ready")["status"] == "False"
+    sim.wait_for(lambda: _warnings(kube, "hank", "NamespaceNotOwned"), 60, message="a Warning Event")
+    assert len(_warnings(kube, "hank", "NamespaceNotOwned")) == 1
+    _untouched(kube, "hank")
+    assert gone(kube["rbac"].read_namespaced_role_binding, "devserver-user", "dev-hank")
+
+    # offboarding it, whatever the policy, leaves the namespace and everything in it alone
+    kube["custom"].delete_cluster_custom_object(GROUP, VERSION, "devusers", "hank")
+    sim.wait_for(lambda: gone(get_devuser, kube, "hank"), 120, interval=0.2, message="the DevUser to go")
+    _untouched(kube, "hank")
+
+
+def test_retain_offboarding_of_a_user_who_never_got_the_namespace_touches_nothing(sim, kube, runtime):
+    _foreign_namespace(kube, "ivy")
+    create_devuser(kube, "ivy")  # deletionPolicy Retain
+    sim.wait_for(lambda: condition(get_devuser(kube, "ivy"), "Degraded").get("reason") == "NamespaceNotOwned",
+                 120, interval=0.2, message="ivy Degraded/NamespaceNotOwned")
+    kube["custom"].delete_cluster_custom_object(GROUP, VERSION, "devusers", "ivy")
+    sim.wait_for(lambda: gone(get_devuser, kube, "ivy"), 120, interval=0.2, message="the DevUser to go")
+    _untouched(kube, "ivy")  # its DevServer was not suspended
+
+
+def test_adopted_namespace_is_managed_but_never_deleted(sim, kube, runtime):
+    _foreign_namespace(kube, "jo")
+    create_devuser(kube, "jo", deletionPolicy="Delete", adoptNamespace=True)
+    wait_ready(sim, kube, "jo")
+    core = kube["core"]
+    ns = core.read_namespace("dev-jo")
+    assert ns.metadata.labels["torchdev.io/user"] == "jo"
+    assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert ns.metadata.annotations["torchdev.io/adopted-by"] == "devuser/jo"
+    assert "torchdev.io/created-by" not in ns.metadata.annotations
+    assert {p.metadata.name for p in kube["net"].list_namespaced_network_policy("dev-jo").items} >= {"default-deny"}
+
+    kube["custom"].delete_cluster_custom_object(GROUP, VERSION, "devusers", "jo")
+    sim.wait_for(lambda: gone(get_devuser, kube, "jo"), 120, interval=0.2, message="the DevUser to go")
+    assert core.read_namespace("dev-jo").metadata.deletion_timestamp is None  # kept despite Delete
+    assert core.read_namespaced_persistent_volume_claim("their-data", "dev-jo").metadata.deletion_timestamp is None
+    assert core.read_namespaced_persistent_volume_claim("jo-shared-efs", "dev-jo").metadata.deletion_timestamp is None
+    sim.wait_for(lambda: _warnings(kube, "jo", "NamespaceKept"), 60, message="a Warning Event")
+    assert len(_warnings(kube, "jo", "NamespaceKept")) == 1
+    ds = kube["custom"].get_namespaced_custom_object(GROUP, VERSION, "dev-jo", "devservers", "theirs")
+    assert ds["spec"]["suspend"] is True  # as with Retain: the user's access is gone
+
+
+def test_created_namespace_is_marked_and_deleted_with_delete(sim, kube, runtime):
+    create_devuser(kube, "kim", deletionPolicy="Delete")
+    wait_ready(sim, kube, "kim")
+    assert kube["core"].read_namespace("dev-kim").metadata.annotations["torchdev.io/created-by"] == "devuser/kim"
+    kube["custom"].delete_cluster_custom_object(GROUP, VERSION, "devusers", "kim")
+    sim.wait_for(lambda: gone(kube["core"].read_namespace, "dev-kim"), 120, interval=0.2,
+                 message="dev-kim to be deleted")

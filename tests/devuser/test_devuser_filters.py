@@ -212,3 +212,30 @@ def test_filter_module_wraps_errors():
     assert set(fm) >= {"torchdev_devuser_resource_groups", "torchdev_devuser_status", "torchdev_devuser_detach"}
     with pytest.raises(AnsibleFilterError, match="quota_hard"):
         fm["torchdev_devuser_quota_hard"]({"storage": "lots"}, True)
+
+
+def _ns(labels=None, annotations=None):
+    return {"metadata": {"name": "dev-ann", "labels": labels or {}, "annotations": annotations or {}}}
+
+
+@pytest.mark.parametrize("namespace,adopt,created,managed,annotations,problem", [
+    (None, False, True, True, {"torchdev.io/created-by": "devuser/ann"}, None),
+    (_ns(annotations={"torchdev.io/created-by": "devuser/ann"}), False, True, True,
+     {"torchdev.io/created-by": "devuser/ann"}, None),
+    (_ns(annotations={"torchdev.io/adopted-by": "devuser/ann"}), False, False, True,
+     {"torchdev.io/adopted-by": "devuser/ann"}, None),
+    # labelled and annotated as ann's by a version before the created-by marker: adopted
+    (_ns({"torchdev.io/user": "ann"}, {"operator-sdk/primary-resource": "/ann"}), False, False, True,
+     {"torchdev.io/adopted-by": "devuser/ann"}, None),
+    (_ns({"team": "x"}), True, False, True, {"torchdev.io/adopted-by": "devuser/ann"}, None),
+    (_ns({"team": "x"}), False, False, False, {}, "NamespaceNotOwned"),
+    # a label alone (anyone can set it) proves nothing
+    (_ns({"torchdev.io/user": "ann"}), False, False, False, {}, "NamespaceNotOwned"),
+    (_ns(annotations={"torchdev.io/created-by": "devuser/bob"}), False, False, False, {}, "NamespaceNotOwned"),
+])
+def test_namespace_claim(namespace, adopt, created, managed, annotations, problem):
+    claim = du.namespace_claim(namespace, "ann", adopt)
+    assert (claim["created"], claim["managed"], claim["annotations"]) == (created, managed, annotations)
+    assert (claim["problem"] or {}).get("reason") == problem
+    if problem:
+        assert "dev-ann" in claim["problem"]["message"] and "spec.adoptNamespace: true" in claim["problem"]["message"]

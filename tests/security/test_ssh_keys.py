@@ -109,9 +109,10 @@ KEY_FREE = {
     "devuser": {
         "apply.yml: Compute the objects to delete, to replace and to detach": "from devuser_live (redacted: no Secret data)",
         "failed.yml: Record the failure in the status": "writes conditions; the CR is only read for its generation",
-        "finalize.yml: Decide what to suspend, detach and delete": "metadata of redacted objects only",
+        "finalize.yml: Decide what to suspend, detach and delete": "metadata of redacted objects and the Namespace only",
         "normalize.yml: Normalize the DevUser spec": "keeps the keys out of its facts (render.yml reads the raw spec)",
-        "observe.yml: Summarise Kueue, the flavors and the live objects": "devuser_live is redacted",
+        "observe.yml: Summarise Kueue, the flavors, the namespace and the live objects":
+            "devuser_live is redacted; the Namespace holds no keys",
         "render.yml: Compute the render context": "owner references of the CR only",
     },
     "devserver": {
