@@ -128,6 +128,7 @@ def build_devserver(
     image: str | None = None,
     home_size: str | None = None,
     shared_claim: str | None = None,
+    no_shared: bool = False,
     ssh_keys: list[str] | None = None,
     env: list[dict] | None = None,
     idle_timeout: int | None = None,
@@ -156,6 +157,8 @@ def build_devserver(
         spec["persistentHomeSize"] = home_size
     if shared_claim:
         spec["sharedVolumeClaimName"] = shared_claim
+    if no_shared:
+        spec["mountSharedVolume"] = False
     if ssh_keys:
         spec["sshPublicKeys"] = list(ssh_keys)
     if env:
@@ -201,7 +204,9 @@ def pvc_size(pvc: dict) -> str:
 @click.option("--image", help="Container image (default: the CRD default PyTorch image).")
 @click.option("--home-size", metavar="QUANTITY",
               help="Persistent home volume size, e.g. 200Gi (default 100Gi).")
-@click.option("--shared-claim", metavar="PVC", help="Existing PVC to mount at /shared (e.g. EFS).")
+@click.option("--shared-claim", metavar="PVC",
+              help="Existing PVC to mount at /shared (default: your DevUser's shared volume).")
+@click.option("--no-shared", is_flag=True, help="Mount nothing at /shared.")
 @click.option("--ssh-key-file", "ssh_key_files", multiple=True, metavar="PATH",
               help="SSH public key file (repeatable; default: ~/.ssh/id_*.pub).")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
@@ -221,7 +226,7 @@ def pvc_size(pvc: dict) -> str:
 @kube_options()
 @pass_settings
 def create(settings: Settings, name: str, flavor: str, image: str | None, home_size: str | None,
-           shared_claim: str | None, ssh_key_files: tuple[str, ...], env: tuple[str, ...],
+           shared_claim: str | None, no_shared: bool, ssh_key_files: tuple[str, ...], env: tuple[str, ...],
            idle_timeout: float | None, auto_shutdown: bool | None, owner: str | None,
            distributed: bool, replicas: int | None, nprocs_per_node: int | None, backend: str | None,
            wait_: bool, timeout: float, dry_run: bool, output: str) -> None:
@@ -232,6 +237,8 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
       devctl create my-dev --flavor gpu-a10g-1 --wait
       devctl create train --flavor gpu-h100-8 --distributed --replicas 4 --nprocs-per-node 8
     """
+    if shared_claim and no_shared:
+        raise click.UsageError("--shared-claim and --no-shared exclude each other")
     if (replicas or nprocs_per_node or backend) and not distributed:
         raise click.UsageError("--replicas, --nprocs-per-node and --backend need --distributed")
     if distributed and not replicas:
@@ -259,7 +266,7 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
                       "pass --ssh-key-file to be able to 'devctl ssh'") if not keys else None
     body = build_devserver(
         name, namespace, owner=owner, flavor=flavor, image=image, home_size=home_size,
-        shared_claim=shared_claim, ssh_keys=keys, env=env_vars,
+        shared_claim=shared_claim, no_shared=no_shared, ssh_keys=keys, env=env_vars,
         idle_timeout=int(idle_timeout) if idle_timeout is not None else None,
         auto_shutdown=auto_shutdown, distributed=distributed, replicas=replicas,
         nprocs_per_node=nprocs_per_node, backend=backend,
@@ -410,8 +417,11 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
         ("Home", f"{spec.get('persistentHomeSize', '100Gi')} ({spec.get('homeStorageClassName', 'gp3')}, "
                  f"{spec.get('homeRetentionPolicy', 'Retain')})"),
     ]
-    if spec.get("sharedVolumeClaimName"):
-        lines.append(("Shared", f"{spec['sharedVolumeClaimName']} at /shared"))
+    shared = status.get("sharedVolumeClaimName") or spec.get("sharedVolumeClaimName")
+    if shared:
+        lines.append(("Shared", f"{shared} at /shared"))
+    elif spec.get("mountSharedVolume") is False:
+        lines.append(("Shared", "none (mountSharedVolume false)"))
     lc = spec.get("lifecycle") or {}
     if lc:
         lines.append(("Lifecycle", f"idleTimeout {lc.get('idleTimeout', 3600)}s, "

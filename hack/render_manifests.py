@@ -49,7 +49,7 @@ def _meta(obj: dict[str, Any]) -> dict[str, str]:
 
 
 def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
-    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?}):
+    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?, devuser?}):
     only the raw object and spec, as ansible-operator passes them (the role must not depend
     on the snake_cased copies), and what observe.yml would have found."""
     cr = case["cr"]
@@ -61,6 +61,7 @@ def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
         "devserver_observed": case.get("observed", []),
         "devserver_observed_pvcs": case.get("pvcs", []),
         "devserver_kueue": case.get("kueue"),
+        "devserver_devuser": case.get("devuser"),
     }
 
 

@@ -340,6 +340,7 @@ def test_standalone_defaults(models):
         "enableSSH": True,
         "lifecycle": {"idleTimeout": 3600, "autoShutdown": False},
         "suspend": False,
+        "mountSharedVolume": True,
     }
 
 
@@ -414,6 +415,8 @@ INVALID_DEVSERVERS = [
      "spec.distributed.backend", "Unsupported value"),
     ("bad-nccl-key", devserver(**distributed(2, 1, ncclSettings={"CUDA_VISIBLE_DEVICES": "0"})),
      "spec.distributed.ncclSettings", "ncclSettings keys must start with NCCL_ or FI_"),
+    ("shared-claim-and-no-shared", devserver(sharedVolumeClaimName="team-efs", mountSharedVolume=False),
+     "spec.mountSharedVolume", "contradict each other"),
     ("owner-not-email", devserver(owner="jane"), "spec.owner", "owner must be an e-mail address"),
     ("owner-with-space", devserver(owner="jane doe@example.com"), "spec.owner", "e-mail"),
     ("owner-no-tld", devserver(owner="jane@localhost"), "spec.owner", "e-mail"),

@@ -81,6 +81,12 @@ def _cases():
                   "metadata": {"name": "home-grown-0", "namespace": NAMESPACE},
                   "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
     }
+    # In a DevUser's namespace the user's shared claim is mounted at /shared by default.
+    jane = {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevUser", "metadata": {"name": "jane"},
+            "status": {"sharedVolumeClaimName": "jane-shared-efs"}}
+    cases["user_share"] = {"cr": _devserver(standalone, "withshare"), "flavor": cpu, "devuser": jane}
+    cases["user_share_opt_out"] = {"cr": _devserver(standalone, "noshare", mountSharedVolume=False), "flavor": cpu,
+                                   "devuser": jane}
     # Kueue served and the namespace has LocalQueue torchdev: the new StatefulSet (only it,
     # not its pod template) is queued, with the WorkloadPriorityClass that applies.
     cases["kueue_queued"] = {
@@ -171,8 +177,11 @@ def test_statefulset(rendered, case):
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["/home/dev"] == "home" and mounts["/dev/shm"] == "shm"
     assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(flavor["spec"].get("shmSize", "1Gi"))}
-    if spec.get("sharedVolumeClaimName"):
-        assert volumes[mounts["/shared"]]["persistentVolumeClaim"]["claimName"] == spec["sharedVolumeClaimName"]
+    shared = spec.get("sharedVolumeClaimName") or (
+        ((CASES[case].get("devuser") or {}).get("status") or {}).get("sharedVolumeClaimName")
+        if spec.get("mountSharedVolume", True) else None)
+    if shared:
+        assert volumes[mounts["/shared"]]["persistentVolumeClaim"]["claimName"] == shared
     else:
         assert "/shared" not in mounts
     # resources from the flavor, GPUs as nvidia.com/gpu
@@ -348,6 +357,18 @@ def test_distributed_statefulset(rendered, case):
             assert env["NCCL_IB_DISABLE"]["value"] == "1"
     names = [e["name"] for e in dev["env"]]
     assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("case,claim", [("user_share", "jane-shared-efs"), ("user_share_opt_out", None),
+                                        ("env_shared_keys", "team-efs"), ("jane-dev__cpu-small", None)])
+def test_shared_volume(rendered, case, claim):
+    """/shared: spec.sharedVolumeClaimName, else the DevUser's shared claim unless mountSharedVolume is false."""
+    name = CASES[case]["cr"]["metadata"]["name"]
+    pod = _by_kind(rendered[case])[("StatefulSet", name)]["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert claims.get("shared") == claim
+    assert ("/shared" in mounts) is (claim is not None)
 
 
 def test_standalone_single_process_env_and_ports(rendered):

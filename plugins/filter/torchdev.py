@@ -724,14 +724,15 @@ def failing_replicas(name, pods, desired_replicas):
 
 
 def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
-                     pods=None, rendezvous_endpoint=None, queue=None):
+                     pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None):
     """The complete DevServer status for a successful reconcile (conditions included).
 
     ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
     the Degraded/PodFailed check; ``rendezvous_endpoint``: ``host:port`` of replica 0 in
     distributed mode (None/"" removes status.rendezvousEndpoint); ``queue``: where the
     StatefulSet stands in Kueue (``torchdev_queue_status``, None when it is not queued):
-    while its Workload is not admitted the server is Queued, and status.queue says where.
+    while its Workload is not admitted the server is Queued, and status.queue says where;
+    ``shared_claim``: the claim mounted at /shared (None/"" when none).
     """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
@@ -758,6 +759,7 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         # None values inside are removed by the status merge patch
         "queue": {key: queue.get(key) for key in QUEUE_STATUS_FIELDS} if queue else None,
         "warnings": spec_warnings(spec) or None,
+        "sharedVolumeClaimName": shared_claim or None,
     }
     if ssh_service:
         status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))

@@ -40,6 +40,21 @@ options:
         subresources), or C(null) when the group version is not served.
     type: dict
     required: true
+  devuser:
+    description:
+      - Also return (RV(devuser)) the DevUser that O(namespace) belongs to, the one its label
+        O(devuser.label) names; C(null) when the namespace has no such label or that DevUser
+        does not exist. Two GETs, shared with O(kueue.user_label).
+    type: dict
+    suboptions:
+      label:
+        description: The namespace label that names the DevUser.
+        type: str
+        required: true
+      api_version:
+        description: API version of the DevUser resource (plural C(devusers)).
+        type: str
+        default: torchdev.io/v1alpha1
   kueue:
     description:
       - Observe Kueue too (the result's RV(kueue)); every key is optional.
@@ -113,6 +128,10 @@ objects:
       is not served).
   returned: success
   type: dict
+devuser:
+  description: The DevUser O(namespace) belongs to, or C(null) (see O(devuser)).
+  returned: when O(devuser) is given
+  type: dict
 kueue:
   description:
     - C(served) (bool), C(resource_flavor), C(local_queue), C(workload) (objects or
@@ -175,12 +194,17 @@ class Reader(object):
 
     def __init__(self, module, client):
         self.module, self.client = module, client
+        self._seen = {}  # path -> object: each path is read once per run
 
     def get(self, path, missing_ok=True):
+        if path in self._seen:
+            return self._seen[path]
         try:
-            return request(self.client, "GET", path, timeout=self.module.params["request_timeout"])
+            self._seen[path] = request(self.client, "GET", path, timeout=self.module.params["request_timeout"])
+            return self._seen[path]
         except RequestError as exc:
             if exc.status == 404 and missing_ok:
+                self._seen[path] = None
                 return None
             self.module.fail_json(msg="failed to read %s: %s %s" % (path, exc.status, exc.reason),
                                   status=exc.status, reason=exc.reason, body=exc.body)
@@ -236,16 +260,21 @@ def observe_kueue(reader, options, namespace, objects):
     return result
 
 
+def namespace_devuser(reader, namespace, label, api_version):
+    """The DevUser the namespace's label ``label`` names, or None."""
+    ns = reader.get("/api/v1/namespaces/" + namespace) or {}
+    user = ((ns.get("metadata") or {}).get("labels") or {}).get(label)
+    return reader.get("/apis/%s/devusers/%s" % (api_version, user)) if user else None
+
+
 def priority_class(reader, options, namespace, check):
     """{name, source, exists} of the WorkloadPriorityClass that applies, or None."""
     name, source = options.get("priority_class") or "", "spec.priorityClassName"
     if not name and options.get("user_label"):
-        ns = reader.get("/api/v1/namespaces/" + namespace) or {}
-        user = ((ns.get("metadata") or {}).get("labels") or {}).get(options["user_label"])
-        if user:
-            devuser = reader.get("/apis/%s/devusers/%s" % (options["user_api_version"], user)) or {}
+        devuser = namespace_devuser(reader, namespace, options["user_label"], options["user_api_version"])
+        if devuser:
             name = ((devuser.get("spec") or {}).get("queue") or {}).get("priorityClass") or ""
-            source = "DevUser %s spec.queue.priorityClass" % user
+            source = "DevUser %s spec.queue.priorityClass" % devuser["metadata"]["name"]
     if not name:
         return None
     exists = None
@@ -268,6 +297,9 @@ def run(module):
         except ValueError as exc:
             module.fail_json(msg=str(exc))
     result = dict(changed=False, objects=objects)
+    if params.get("devuser") is not None:
+        result["devuser"] = namespace_devuser(reader, params.get("namespace"), params["devuser"]["label"],
+                                              params["devuser"]["api_version"])
     if params.get("kueue") is not None:
         result["kueue"] = observe_kueue(reader, params["kueue"], params.get("namespace"), objects)
     module.exit_json(**result)
@@ -278,6 +310,10 @@ def main():
         argument_spec=dict(
             namespace=dict(type="str"),
             queries=dict(type="dict", required=True),
+            devuser=dict(type="dict", options=dict(
+                label=dict(type="str", required=True),
+                api_version=dict(type="str", default="torchdev.io/v1alpha1"),
+            )),
             kueue=dict(type="dict", options=dict(
                 resource_flavor=dict(type="str"),
                 local_queue=dict(type="str"),

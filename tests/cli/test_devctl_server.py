@@ -57,6 +57,24 @@ def test_create_submits_the_object_and_crd_defaults_apply(devctl, cluster, ns, t
     assert stored["spec"]["mode"] == "standalone"
     assert stored["spec"]["image"]  # defaulted by the CRD schema
     assert stored["spec"]["env"] == [{"name": "A", "value": "1"}]
+    # /shared: left to the operator (the DevUser's shared claim), as the CRD default says
+    assert "sharedVolumeClaimName" not in stored["spec"] and stored["spec"]["mountSharedVolume"] is True
+
+
+@pytest.mark.parametrize("args,spec", [
+    (["--shared-claim", "team-efs"], {"sharedVolumeClaimName": "team-efs", "mountSharedVolume": True}),
+    (["--no-shared"], {"mountSharedVolume": False}),
+])
+def test_create_shared_volume_options(devctl, cluster, args, spec):
+    name = "sh" + str(len(args[0]))
+    assert devctl("create", name, "--flavor", "cpu-small", "--owner", OWNER, *args).exit_code == 0
+    stored = cluster.devserver(name)["spec"]
+    assert {k: stored.get(k) for k in spec} == spec
+
+
+def test_create_shared_claim_and_no_shared_exclude_each_other(devctl):
+    result = devctl("create", "x", "--flavor", "cpu-small", "--owner", OWNER, "--shared-claim", "c", "--no-shared")
+    assert result.exit_code == 2 and "exclude each other" in result.stderr
 
 
 def test_create_distributed(devctl, cluster):

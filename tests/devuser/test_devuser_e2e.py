@@ -134,6 +134,22 @@ def test_delete_with_retain_keeps_namespace_and_volumes(sim, kube, runtime):
     custom.create_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers", _devserver("box", "erin@example.com"))
     sim.wait_for(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers", "box")
                  .get("status", {}).get("phase") == "Running", 120, interval=0.2, message="the DevServer to run")
+    # a server in a DevUser's namespace mounts the user's shared volume at /shared by default
+    pod = kube["core"].read_namespaced_pod("box-0", "dev-erin")
+    shared = {v.name: v.persistent_volume_claim.claim_name for v in pod.spec.volumes if v.persistent_volume_claim}
+    assert shared["shared"] == "erin-shared-efs"
+    assert any(m.mount_path == "/shared" for m in pod.spec.containers[0].volume_mounts)
+    assert custom.get_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers", "box")[
+        "status"]["sharedVolumeClaimName"] == "erin-shared-efs"
+    # ... unless it opts out
+    custom.create_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers",
+                                           dict(_devserver("bare", "erin@example.com"),
+                                                spec=dict(_devserver("bare", "erin@example.com")["spec"],
+                                                          mountSharedVolume=False)))
+    sim.wait_for(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, "dev-erin", "devservers", "bare")
+                 .get("status", {}).get("phase") == "Running", 120, interval=0.2, message="the second DevServer")
+    pod = kube["core"].read_namespaced_pod("bare-0", "dev-erin")
+    assert not [v for v in pod.spec.volumes if v.name == "shared"]
 
     custom.delete_cluster_custom_object(GROUP, VERSION, "devusers", "erin")
     sim.wait_for(lambda: gone(get_devuser, kube, "erin"), 120, interval=0.2, message="the DevUser to go")
