@@ -231,3 +231,25 @@ def test_kueue_without_local_queue(kueue_sim, tmp_path):
     got = _observe(kueue_sim, tmp_path, "new", local_queue="missing", resource_flavor="nope")
     assert got["served"] is True and got["local_queue"] is None and got["resource_flavor"] is None
     assert got["priority_class"] is None  # nothing will be queued
+
+
+# -- devuser: the DevUser a namespace belongs to ------------------------------------------
+
+@pytest.mark.parametrize("namespace,user", [("dev-jane", "jane"), ("default", None)])
+def test_devuser_of_the_namespace(kueue_sim, tmp_path, namespace, user):
+    result = run_module(kueue_sim, {"ANSIBLE_MODULE_ARGS": {
+        "namespace": namespace, "queries": {}, "devuser": {"label": "torchdev.io/user"}}}, tmp_path)
+    assert not result.get("failed"), result
+    assert ((result["devuser"] or {}).get("metadata") or {}).get("name") == user
+
+
+def test_devuser_and_kueue_fallback_read_the_namespace_and_devuser_once(kueue_sim, tmp_path):
+    kueue_sim.reset_metrics()
+    result = run_module(kueue_sim, {"ANSIBLE_MODULE_ARGS": {
+        "namespace": "dev-jane", "queries": _sts_query("new"), "devuser": {"label": "torchdev.io/user"},
+        "kueue": KUEUE_OPTIONS}}, tmp_path)
+    assert result["devuser"]["metadata"]["name"] == "jane"
+    assert result["kueue"]["priority_class"]["source"] == "DevUser jane spec.queue.priorityClass"
+    paths = [r["path"] for r in kueue_sim.requests()]
+    assert paths.count("/api/v1/namespaces/dev-jane") == 1
+    assert paths.count("/apis/torchdev.io/v1alpha1/devusers/jane") == 1
