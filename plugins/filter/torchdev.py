@@ -790,6 +790,40 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     return status
 
 
+# What a rejected spec leaves of the status computed from the live objects: the fields that
+# describe the running pods. Everything derived from the spec (SSH endpoint, rendezvous, queue,
+# /shared, flavor hash, warnings) keeps the value of the last spec that was applied.
+LIVE_STATUS_FIELDS = ("phase", "replicas", "readyReplicas", "ready", "replicaStatuses", "startTime")
+
+
+def rejected_spec_status(cr, problem, sts=None, pods=None, now=None):
+    """The status when the spec or its flavor cannot be applied (``problem``: {reason, message}).
+
+    Never created (no StatefulSet): phase Failed, Ready False ``ReconcileFailed``, Degraded True
+    with the reason.  Already created: nothing running is touched, so the phase, Ready and
+    replicaStatuses stay true to the live StatefulSet and pods (as a Deployment whose new
+    template cannot roll out keeps serving); Degraded True with the reason and a message naming
+    the field, Progressing False ``SpecRejected``.
+    """
+    meta = (cr or {}).get("metadata") or {}
+    generation = meta.get("generation")
+    message = str(problem.get("message") or "").strip()
+    degraded = condition("Degraded", "True", problem["reason"], message[:1024], generation)
+    if not sts:
+        ready = condition("Ready", "False", "ReconcileFailed", message[:1024], generation)
+        return {"phase": "Failed", "observedGeneration": generation, "conditions": [ready, degraded]}
+    replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0)
+    live_cr = dict(cr, spec=dict((cr or {}).get("spec") or {}, suspend=replicas == 0))
+    live = devserver_status(live_cr, sts, replicas, None, now=now, pods=pods)
+    status = {key: live[key] for key in LIVE_STATUS_FIELDS if key in live}
+    status["observedGeneration"] = generation
+    progressing = condition("Progressing", "False", "SpecRejected",
+                            ("generation %s is not applied, the server keeps running its last applied spec: %s"
+                             % (generation, message))[:1024], generation)
+    status["conditions"] = [live["conditions"][0], progressing, degraded]
+    return status
+
+
 def failure_reason(failed_result=None, explicit=None):
     """Classify a failed task: (reason, transient).
 
@@ -952,6 +986,7 @@ class FilterModule(object):
         "torchdev_condition": condition,
         "torchdev_phase": phase,
         "torchdev_devserver_status": devserver_status,
+        "torchdev_rejected_spec_status": rejected_spec_status,
         "torchdev_replica_statuses": replica_statuses,
         "torchdev_pod_failure": pod_failure,
         "torchdev_failure_reason": failure_reason,

@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from _e2e_helpers import GROUP, ROOT, VERSION, condition, devserver, get_ds, load, wait_ready
+from _e2e_helpers import (GROUP, ROOT, VERSION, condition, devserver, get_ds, load, wait_degraded, wait_ready,
+                          warning_events)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -99,6 +100,41 @@ def test_delete_removes_children_and_keeps_home(sim, kube, runtime, ns):
     sim.wait_for(children_gone, 60, message="the DevServer's children to be collected")
     pvc = kube["core"].read_namespaced_persistent_volume_claim("home-bye-0", ns)
     assert pvc.metadata.deletion_timestamp is None and pvc.status.phase == "Bound"
+
+
+@pytest.mark.parametrize("bad,reason,field", [
+    ({"env": [{"name": "TORCHDEV_NAME", "value": "x"}]}, "InvalidSpec", "TORCHDEV_NAME"),
+    ({"flavor": "no-such-flavor"}, "FlavorNotFound", "no-such-flavor"),
+])
+def test_rejected_change_of_a_running_server_keeps_it_running(sim, kube, runtime, ns, bad, reason, field):
+    """A spec or flavor problem on a running server: Degraded (reason, message naming the field),
+    phase and Ready true to the pods, nothing running touched; fixed, it converges again."""
+    name = "steady"
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(name))
+    wait_ready(sim, kube, ns, name)
+    sts_before = kube["apps"].read_namespaced_stateful_set(name, ns)
+    pod_uid = pod(kube, ns, name).metadata.uid
+    good_spec = get_ds(kube, ns, name)["spec"]
+
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name, {"spec": bad})
+    obj = wait_degraded(sim, kube, ns, name, reason)
+    assert field in condition(obj, "Degraded")["message"]
+    assert obj["status"]["phase"] == "Running" and obj["status"]["ready"] == "1/1"
+    assert condition(obj, "Ready")["status"] == "True"
+    assert condition(obj, "Progressing")["reason"] == "SpecRejected"
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert obj["status"]["sshEndpoint"].startswith(f"{name}-ssh.")  # from the last applied spec
+    sim.wait_for(lambda: warning_events(kube, ns, name, reason), 60, message="a Warning Event")
+    assert runtime.wait_idle(60)
+    sts = kube["apps"].read_namespaced_stateful_set(name, ns)
+    assert sts.metadata.resource_version == sts_before.metadata.resource_version  # not touched
+    assert pod(kube, ns, name).metadata.uid == pod_uid
+
+    fixed = {key: good_spec.get(key) for key in bad}
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name, {"spec": fixed})
+    obj = wait_ready(sim, kube, ns, name)
+    assert condition(obj, "Degraded")["status"] == "False"
+    assert condition(obj, "Progressing")["reason"] == "Reconciled"
 
 
 def test_unknown_flavor_is_degraded_then_recovers(sim, kube, runtime, ns):

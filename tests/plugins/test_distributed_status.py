@@ -208,3 +208,37 @@ def test_env_reserved_and_default_entries():
                 single + [{"name": "PATH", "value": "/opt/torchdev/bin:/bin"}])
     assert [e for e in out if e["name"] in ("WORLD_SIZE", "PATH")] == [
         {"name": "WORLD_SIZE", "value": "2"}, {"name": "PATH", "value": "/mine"}]
+
+
+def _running_sts(replicas, ready):
+    return dict(_sts(ready, replicas), spec={"replicas": replicas})
+
+
+PROBLEM = {"reason": "InvalidSpec", "message": "spec.env: TORCHDEV_NAME is reserved for the operator"}
+
+
+@pytest.mark.parametrize("sts,pods,phase,ready,ready_reason", [
+    # never created: Failed, nothing runs
+    (None, [], "Failed", "False", "ReconcileFailed"),
+    # running: the rejected change does not take the running server down
+    (_running_sts(2, 2), [_pod(0), _pod(1)], "Running", "True", "ServerReady"),
+    # still starting when the change came: as the pods say
+    (_running_sts(2, 1), [_pod(0), _pod(1, ready=False)], "Provisioning", "False", "PodsNotReady"),
+    # suspended (scaled to 0): stays Suspended
+    (_running_sts(0, 0), [], "Suspended", "False", "Suspended"),
+])
+def test_rejected_spec_status(sts, pods, phase, ready, ready_reason):
+    cr = _cr({"phase": "Running", "sshEndpoint": "x-ssh.ns.svc.cluster.local:22"}, mode="distributed",
+             distributed={"worldSize": 2})
+    status = f.rejected_spec_status(cr, PROBLEM, sts, pods, now="2026-01-01T00:00:00Z")
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == phase and status["observedGeneration"] == 2
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == (ready, ready_reason)
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"]) == ("True", "InvalidSpec")
+    assert "TORCHDEV_NAME" in conds["Degraded"]["message"]
+    if sts:
+        assert conds["Progressing"]["reason"] == "SpecRejected" and conds["Progressing"]["status"] == "False"
+        assert len(status["replicaStatuses"]) == sts["spec"]["replicas"]
+    # what came from the last applied spec is left as it is (not in the patch)
+    assert set(status) <= {"phase", "observedGeneration", "conditions", "replicas", "readyReplicas", "ready",
+                           "replicaStatuses", "startTime"}
