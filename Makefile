@@ -28,8 +28,8 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements.yml
 
 setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 
-demo: setup ## Run the demo: kubesim (or the cluster in $KUBECONFIG), CRDs, operator, a DevServer to Ready
-	$(BIN)/python hack/demo.py
+demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
+	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 test: setup ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q

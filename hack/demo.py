@@ -1,29 +1,40 @@
 #!/usr/bin/env python3
 """`make demo`: a DevServer from nothing to Ready, then stop what we started.
 
-Cluster: the one in $KUBECONFIG when it is set and answers; otherwise (the
-usual case) an embedded kubesim with a GPU node pool. Then: install the CRDs,
-run the operator with the local runtime, create the sample flavors and a
-standalone DevServer, wait for Ready, show `devctl list` and `devctl get`.
+Cluster: the embedded simulator (kubesim) with a GPU node pool, unless $KUBECONFIG is set
+and answers. On kubesim everything goes away with it. On a real cluster the demo first says
+what it will create (the CRDs and sample flavors that are not there yet, a namespace of its
+own, a DevServer) and asks, or needs --yes and refuses without a terminal; it runs the
+operator on this machine watching only its namespace (and the flavors), and removes what it
+created when it ends unless --keep. Then, on either: install the CRDs, run the operator
+with the local runtime, create the sample flavors and a standalone DevServer, wait for
+Ready, show `devctl list` and `devctl get`.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
+
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
 # The node pools the sample flavors select (cpu, g5.2xlarge, p5.48xlarge).
 NODES = (ROOT / "hack" / "sample-nodes.spec").read_text().strip()
-NAMESPACE = "dev-demo"
+SIM_NAMESPACE = "dev-demo"
 SERVER = "demo"
-FLAVOR = "gpu-a10g-1"
+DEFAULT_FLAVOR = "gpu-a10g-1"
+CRD_DIR = ROOT / "config" / "crd" / "bases"
+SAMPLES = ROOT / "config" / "samples"
 
 
 def step(msg: str) -> None:
@@ -38,12 +49,81 @@ def run(*cmd: str, env: dict[str, str], check: bool = True, quiet: bool = False)
                           stderr=subprocess.STDOUT if quiet else None)
 
 
+def kubectl(*args: str, env: dict[str, str], check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    return run(str(BIN / "kubectl"), *args, env=env, check=check, quiet=quiet)
+
+
 def cluster_reachable(env: dict[str, str]) -> bool:
-    if not os.environ.get("KUBECONFIG"):
+    if not env.get("KUBECONFIG"):
         return False
     r = subprocess.run([str(BIN / "kubectl"), "version", "--request-timeout=3s", "-o", "json"],
                        env=env, capture_output=True, text=True)
     return r.returncode == 0
+
+
+def _docs(paths) -> list[dict]:
+    return [d for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+def crds() -> list[str]:
+    return sorted(d["metadata"]["name"] for d in _docs(sorted(CRD_DIR.glob("*.yaml"))))
+
+
+def flavor_files() -> dict[str, pathlib.Path]:
+    return {yaml.safe_load(p.read_text())["metadata"]["name"]: p
+            for p in sorted(SAMPLES.glob("torchdev_v1alpha1_devserverflavor*.yaml"))}
+
+
+def existing(kind: str, names: list[str], env: dict[str, str]) -> set[str]:
+    """Which of ``names`` (cluster-scoped ``kind``) exist; a kind that is not served has none."""
+    r = subprocess.run([str(BIN / "kubectl"), "get", kind, "-o", "json", "--ignore-not-found"],
+                       env=env, capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        return set()
+    return {i["metadata"]["name"] for i in json.loads(r.stdout).get("items", [])} & set(names)
+
+
+@dataclass
+class Plan:
+    """What the demo creates on a real cluster, and so removes at the end."""
+    context: str
+    namespace: str
+    flavor: str
+    crds: list[str] = field(default_factory=list)
+    flavors: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        lines = [f"make demo is about to create, on the cluster of $KUBECONFIG ({self.context}):"]
+        lines.append("  CustomResourceDefinitions (cluster-wide): " + (", ".join(self.crds) or "none (installed already)"))
+        lines.append("  DevServerFlavors (cluster-wide): " + (", ".join(self.flavors) or "none (they exist already)"))
+        lines.append(f"  namespace {self.namespace} (its own) with the DevServer {SERVER!r} of flavor {self.flavor} "
+                     "(a StatefulSet, Services, a home PVC; it needs a node that fits the flavor)")
+        lines.append(f"and run the operator on this machine (torchdev-runtime), watching only {self.namespace} "
+                     "and the flavors.")
+        lines.append("It removes exactly these when it ends (unless --keep); nothing that existed before is changed.")
+        return "\n".join(lines)
+
+
+def plan_for(env: dict[str, str], flavor: str) -> Plan:
+    ctx = subprocess.run([str(BIN / "kubectl"), "config", "current-context"], env=env,
+                         capture_output=True, text=True).stdout.strip() or "current context"
+    flavors = flavor_files()
+    return Plan(context=ctx, namespace=f"torchdev-demo-{secrets.token_hex(3)}", flavor=flavor,
+                crds=[n for n in crds() if n not in existing("crd", crds(), env)],
+                flavors=[n for n in flavors if n not in existing("devserverflavors.torchdev.io", list(flavors), env)])
+
+
+def confirm(plan: Plan, yes: bool, interactive: bool, ask=input) -> None:
+    """Raises SystemExit unless the user agrees (--yes, or 'y' on a terminal)."""
+    print(plan.describe(), flush=True)
+    if yes:
+        return
+    if not interactive:
+        raise SystemExit("error: refusing to install into a real cluster without confirmation (stdin is not a "
+                         "terminal): run `make demo DEMO_ARGS=--yes` to agree, or unset KUBECONFIG to use the "
+                         "embedded simulator")
+    if ask("Proceed? [y/N] ").strip().lower() not in ("y", "yes"):
+        raise SystemExit("aborted: nothing was created")
 
 
 def start_kubesim(workdir: pathlib.Path) -> tuple[subprocess.Popen, str]:
@@ -72,12 +152,29 @@ def stop(proc: subprocess.Popen | None, name: str) -> None:
         proc.wait()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--keep", action="store_true", help="leave the cluster and operator running")
-    ap.add_argument("--timeout", type=int, default=120, help="seconds to wait for Ready")
-    args = ap.parse_args()
+def remove(plan: Plan, env: dict[str, str]) -> None:
+    """Delete what the demo created on a real cluster: the namespace (with the DevServer and
+    its volume), the flavors it created, then the CRDs it installed (no other custom resources
+    of them existed before)."""
+    kubectl("delete", "namespace", plan.namespace, "--ignore-not-found", "--wait=false", env=env, check=False)
+    if plan.flavors:
+        kubectl("delete", "devserverflavors.torchdev.io", *plan.flavors, "--ignore-not-found", env=env, check=False)
+    if plan.crds:
+        kubectl("delete", "crd", *plan.crds, "--ignore-not-found", "--wait=false", env=env, check=False)
 
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keep", action="store_true", help="leave the cluster, operator and demo objects in place")
+    ap.add_argument("--yes", action="store_true",
+                    help="on a real cluster ($KUBECONFIG): agree to what the demo will create without asking")
+    ap.add_argument("--flavor", default=DEFAULT_FLAVOR, help="the DevServer's flavor (default %(default)s)")
+    ap.add_argument("--timeout", type=int, default=120, help="seconds to wait for Ready")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     env = dict(os.environ)
     env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -85,42 +182,45 @@ def main() -> int:
     workdir = ROOT / ".demo"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    sim = operator = None
+    sim = operator = plan = None
+    namespace = SIM_NAMESPACE
     try:
         if cluster_reachable(env):
             step(f"Using the cluster in $KUBECONFIG ({env['KUBECONFIG']})")
+            proposed = plan_for(env, args.flavor)
+            confirm(proposed, args.yes, sys.stdin.isatty())
+            plan, namespace = proposed, proposed.namespace
         else:
             step("No cluster configured: starting the embedded simulator (kubesim) with a GPU node pool")
             t0 = time.monotonic()
             sim, kubeconfig = start_kubesim(workdir)
             env["KUBECONFIG"] = kubeconfig
             print(f"kubesim ready in {time.monotonic() - t0:.2f}s; KUBECONFIG={kubeconfig}")
-            run(str(BIN / "kubectl"), "get", "nodes", "-L", "node.kubernetes.io/instance-type", env=env)
+            kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type", env=env)
 
         step("Installing the CRDs")
-        run(str(BIN / "kubectl"), "apply", "--server-side", "-k", str(ROOT / "config" / "crd"), env=env)
-        run(str(BIN / "kubectl"), "wait", "--for=condition=Established", "--timeout=30s",
-            "crd/devservers.torchdev.io", "crd/devserverflavors.torchdev.io", env=env)
+        kubectl("apply", "--server-side", "-k", str(ROOT / "config" / "crd"), env=env)
+        kubectl("wait", "--for=condition=Established", "--timeout=30s", *(f"crd/{n}" for n in crds()), env=env)
 
         step("Starting the operator (local runtime; watches.yaml -> roles/)")
         operator = subprocess.Popen([str(BIN / "torchdev-runtime"), "--watches-file",
-                                     str(ROOT / "watches.yaml"), "--kubeconfig", env["KUBECONFIG"]],
+                                     str(ROOT / "watches.yaml"), "--kubeconfig", env["KUBECONFIG"]]
+                                    + (["--namespace", namespace] if plan else []),
                                     env=env, stdout=open(workdir / "operator.log", "w"),
                                     stderr=subprocess.STDOUT, cwd=ROOT)
 
         step("Creating the sample flavors and a namespace for the user")
-        for f in sorted((ROOT / "config" / "samples").glob("torchdev_v1alpha1_devserverflavor*.yaml")):
-            run(str(BIN / "kubectl"), "apply", "--server-side", "-f", str(f), env=env)
-        ns_file = workdir / "namespace.yaml"
-        ns_file.write_text(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n")
-        run(str(BIN / "kubectl"), "apply", "--server-side", "-f", str(ns_file), env=env)
+        files = flavor_files()
+        for name in (plan.flavors if plan else files):
+            kubectl("apply", "--server-side", "-f", str(files[name]), env=env)
+        kubectl("create", "namespace", namespace, env=env)
         run(str(BIN / "devctl"), "flavors", env=env)
 
         step(f"Creating a standalone DevServer '{SERVER}' and waiting for Ready")
         t0 = time.monotonic()
         key = workdir / "id_ed25519.pub"
         key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDemoKeyForTorchdevDemoOnlyxxxxxxxxxxxx demo@torchdev\n")
-        r = run(str(BIN / "devctl"), "-n", NAMESPACE, "create", SERVER, "--flavor", FLAVOR,
+        r = run(str(BIN / "devctl"), "-n", namespace, "create", SERVER, "--flavor", args.flavor,
                 "--owner", "demo@example.com", "--ssh-key-file", str(key), "--wait",
                 "--timeout", str(args.timeout), env=env, check=False)
         if r.returncode != 0:
@@ -130,20 +230,23 @@ def main() -> int:
         print(f"Ready in {time.monotonic() - t0:.1f}s")
 
         step("devctl list")
-        run(str(BIN / "devctl"), "-n", NAMESPACE, "list", env=env)
+        run(str(BIN / "devctl"), "-n", namespace, "list", env=env)
         step(f"devctl get {SERVER}")
-        run(str(BIN / "devctl"), "-n", NAMESPACE, "get", SERVER, env=env)
+        run(str(BIN / "devctl"), "-n", namespace, "get", SERVER, env=env)
         step("What the operator created")
-        run(str(BIN / "kubectl"), "-n", NAMESPACE, "get", "statefulsets,services,pvc,pods", env=env)
+        kubectl("-n", namespace, "get", "statefulsets,services,pvc,pods", env=env)
         step(f"devctl ssh {SERVER} --print")
-        run(str(BIN / "devctl"), "-n", NAMESPACE, "ssh", SERVER, "--print", env=env, check=False)
+        run(str(BIN / "devctl"), "-n", namespace, "ssh", SERVER, "--print", env=env, check=False)
         if args.keep:
-            print(f"\nLeft running (--keep). KUBECONFIG={env['KUBECONFIG']}")
-            sim = operator = None
+            print(f"\nLeft running (--keep). KUBECONFIG={env['KUBECONFIG']}"
+                  + (f"; namespace {namespace}" if plan else ""))
+            sim = operator = plan = None
         return 0
     finally:
         step("Stopping what the demo started")
         stop(operator, "operator")
+        if plan is not None:
+            remove(plan, env)
         stop(sim, "kubesim")
         print("done")
 
