@@ -1,4 +1,6 @@
-# torchdev operator image: the roles on top of the Ansible Operator SDK base image.
+# torchdev operator image: the collection torchdev.operator on top of the Ansible Operator SDK
+# base image. watches.yaml names the roles by their FQCN (torchdev.operator.devserver, ...);
+# ansible-operator finds them under ~/.ansible/collections, where the collection is installed.
 FROM quay.io/operator-framework/ansible-operator:v1.39.2
 
 # Collections the roles use (kubernetes.core), pinned in requirements.yml.
@@ -6,22 +8,22 @@ COPY requirements.yml ${HOME}/requirements.yml
 RUN ansible-galaxy collection install -r ${HOME}/requirements.yml \
  && chmod -R ug+rwx ${HOME}/.ansible
 
-# The kubernetes Python client (used by kubernetes.core and by our torchdev_status module)
-# ships with the base image; pin the version kubernetes.core 6.x supports if it does not.
+# The kubernetes Python client (used by kubernetes.core and by our k8s_status / k8s_observe
+# modules) ships with the base image; pin the version kubernetes.core 6.x supports if it does not.
 USER root
 RUN python3 -c "import kubernetes" 2>/dev/null || python3 -m pip install --no-cache-dir "kubernetes>=24.2.0,<38"
 USER ${USER_UID:-1001}
 
-# Our own plugins: filters (torchdev_*), modules (torchdev_status, torchdev_observe,
-# requeue_after), the requeue_after action plugin and the module_utils.
-COPY plugins/ ${HOME}/plugins/
-ENV ANSIBLE_FILTER_PLUGINS=${HOME}/plugins/filter \
-    ANSIBLE_ACTION_PLUGINS=${HOME}/plugins/action \
-    ANSIBLE_DOC_FRAGMENT_PLUGINS=${HOME}/plugins/doc_fragments \
-    ANSIBLE_LIBRARY=${HOME}/plugins/modules \
-    ANSIBLE_MODULE_UTILS=${HOME}/plugins/module_utils \
-    ANSIBLE_ROLES_PATH=${HOME}/roles
+# This repository is the collection torchdev.operator (galaxy.yml): build it from the files a
+# collection holds and install it where ansible-operator and ansible-playbook look.
+COPY galaxy.yml README.md ${HOME}/torchdev-src/
+COPY meta/ ${HOME}/torchdev-src/meta/
+COPY plugins/ ${HOME}/torchdev-src/plugins/
+COPY roles/ ${HOME}/torchdev-src/roles/
+COPY playbooks/ ${HOME}/torchdev-src/playbooks/
+RUN ansible-galaxy collection build ${HOME}/torchdev-src --output-path /tmp/torchdev-dist \
+ && ansible-galaxy collection install /tmp/torchdev-dist/torchdev-operator-*.tar.gz -p ${HOME}/.ansible/collections \
+ && rm -rf ${HOME}/torchdev-src /tmp/torchdev-dist \
+ && chmod -R ug+rwx ${HOME}/.ansible
 
 COPY watches.yaml ${HOME}/watches.yaml
-COPY roles/ ${HOME}/roles/
-COPY playbooks/ ${HOME}/playbooks/

@@ -52,7 +52,7 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 
 checkov: setup $(CHECKOV_STAMP) ## checkov on every rendered manifest (roles x sample CRs, config/); skips in .checkov.yaml
 	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
-	  $(BIN)/python hack/render_manifests.py --image $(IMG) "$$out" && \
+	  $(BIN)/python -m hack.render_manifests --image $(IMG) "$$out" && \
 	  BC_SKIP_MAPPING=TRUE $(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d "$$out"
 
 run: setup ## Run the operator against $KUBECONFIG in the foreground

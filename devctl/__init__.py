@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-GROUP = "torchdev.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+# The API group and version are the operator's (plugins/module_utils/constants.py): devctl
+# shares the collection's module_utils for its names and quantities.
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_GROUP as GROUP, API_VERSION, VERSION  # noqa: E402,F401

@@ -12,7 +12,10 @@ from typing import Any, Iterable
 
 import click
 
-from . import API_VERSION
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import CREATED_BY_ANNOTATION
+from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity
+
+from . import API_VERSION, GROUP
 from .api import FIELD_MANAGER
 from . import wait as waiting
 from .config import EMAIL_RE, Settings
@@ -22,18 +25,13 @@ from .errors import ApiError, DevctlError, NotFound
 from .output import DURATION, age, as_list, info, output_option, print_object, print_table, truncate
 
 KIND = "DevUser"
-RESOURCE = "devuser.torchdev.io"
-# On a namespace the DevUser role created: "devuser/<name>" (roles/devuser, docs/api.md).
-CREATED_BY_ANNOTATION = "torchdev.io/created-by"
+RESOURCE = f"devuser.{GROUP}"
 # metadata.name is the username: a DNS-1123 label of at most 59 characters (dev-<name> <= 63).
 USER_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 USER_MAX = 59
 MAX_GPUS = 4096
 MAX_CIDRS = 16
 MAX_FLAVOR_QUOTAS = 64
-# resource.Quantity, as the CRD's pattern for spec.quota.cpu/memory
-QUANTITY_RE = re.compile(r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-                         r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 FLAVOR_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -54,7 +52,7 @@ def _email(_ctx, _param, value: str | None) -> str | None:
 
 
 def _quantity(_ctx, param, value: str | None) -> str | None:
-    if value is not None and not QUANTITY_RE.match(value):
+    if value is not None and not is_quantity(value):
         raise click.BadParameter(f"{value!r} is not a quantity like 64, 500m or 256Gi")
     return value
 
@@ -88,7 +86,7 @@ def parse_flavor_quota(values: Iterable[str]) -> list[dict]:
         entry: dict[str, Any] = {"name": name, "gpus": gpus}
         for extra in parts[1:]:
             key, sep, qty = extra.partition("=")
-            if key not in ("cpu", "memory") or not sep or not QUANTITY_RE.match(qty):
+            if key not in ("cpu", "memory") or not sep or not is_quantity(qty):
                 raise click.BadParameter(f"{item!r}: {extra!r} must be cpu=Q or memory=Q "
                                          "(a quantity like 32 or 128Gi)", param_hint=hint)
             entry[key] = qty

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import click
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL
+from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity
 
-from . import API_VERSION
+from . import API_VERSION, GROUP
 from .config import EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound
@@ -19,13 +21,12 @@ from .output import (DURATION, age, as_list, info, output_option, parse_time, pr
 from . import wait as waiting
 
 KIND = "DevServer"
-RESOURCE = "devserver.torchdev.io"
+RESOURCE = f"devserver.{GROUP}"
 # A DNS-1035 label (the SSH Service is named <name>-ssh). StatefulSet pods carry a
 # controller-revision-hash label "<name>-<hash>", so the name must stay <= 52.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 52
 ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 # The CRD's rule for spec.sshPublicKeys items (config/crd/bases/torchdev.io_devservers.yaml).
 SSH_KEY_RE = re.compile(
     r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh[.]com)"
@@ -185,7 +186,7 @@ def home_pvcs(api, namespace: str, name: str) -> list[dict]:
     for pvc in api.list_pvcs(namespace):
         meta = pvc.get("metadata") or {}
         labels = meta.get("labels") or {}
-        if labels.get("torchdev.io/devserver") == name or pattern.match(meta.get("name", "")):
+        if labels.get(DEVSERVER_LABEL) == name or pattern.match(meta.get("name", "")):
             found.append(pvc)
     return sorted(found, key=lambda p: p["metadata"]["name"])
 
@@ -246,7 +247,7 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
     if distributed and replicas * (nprocs_per_node or 1) > 1024:
         raise click.BadParameter("world size (replicas x nprocs-per-node) must be at most 1024",
                                  param_hint="'--replicas'")
-    if home_size and not QUANTITY_RE.match(home_size):
+    if home_size and not is_quantity(home_size):
         raise click.BadParameter(f"{home_size!r} is not a size like 100Gi", param_hint="'--home-size'")
     if idle_timeout is not None and not 0 <= idle_timeout <= MAX_IDLE_TIMEOUT:
         raise click.BadParameter(f"must be between 0 and {MAX_IDLE_TIMEOUT} seconds (7d)",
@@ -492,7 +493,7 @@ def get(settings: Settings, name: str, output: str) -> None:
         print_object(obj, output)
         return
     try:
-        pods = api.list_pods(namespace, f"torchdev.io/devserver={name}")
+        pods = api.list_pods(namespace, f"{DEVSERVER_LABEL}={name}")
     except ApiError:
         pods = None
     names = [name] + [p["metadata"]["name"] for p in (pods or [])][:8]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import click
+from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
 
 from .config import Settings
 from .context import kube_options, pass_settings
@@ -9,17 +10,11 @@ from .output import as_list, output_option, print_object, print_table, truncate
 
 
 def gpu_count(obj: dict) -> int:
-    """GPUs per replica of a DevServerFlavor: ``spec.gpu.count``, else the nvidia.com/gpu
-    limit (or request) of ``spec.resources``, else 0 (as the operator counts them)."""
-    spec = obj.get("spec") or {}
-    count = (spec.get("gpu") or {}).get("count")
-    if count is None:
-        resources = spec.get("resources") or {}
-        count = (resources.get("limits") or {}).get(
-            "nvidia.com/gpu", (resources.get("requests") or {}).get("nvidia.com/gpu", 0))
+    """GPUs per replica of a DevServerFlavor, as the operator counts them
+    (module_utils/flavor.py ``flavor_gpu_count``); 0 for a flavor it would reject."""
     try:
-        return int(count)
-    except (TypeError, ValueError):
+        return flavor_gpu_count(obj.get("spec") or {})
+    except ValueError:
         return 0
 
 

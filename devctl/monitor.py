@@ -12,6 +12,7 @@ import sys
 from time import sleep as _sleep  # patched by the tests
 
 import click
+from ansible_collections.torchdev.operator.plugins.module_utils import quantity
 
 from .config import Settings
 from .context import kube_options, pass_settings
@@ -25,28 +26,13 @@ HEADERS = ("replica", "pod", "phase", "ready", "restarts", "node", "age", "cpu",
 CLEAR = "\033[H\033[2J"
 NONE = "-"
 
-_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
-_DECIMAL = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-            "P": 1e15, "E": 1e18}
-
-
 def parse_quantity(text) -> float | None:
-    """A Kubernetes quantity (``250m``, ``123456n``, ``1.5Gi``, ``2``) as a float."""
+    """A Kubernetes quantity (``250m``, ``123456n``, ``1.5Gi``, ``2``) as a float; None
+    when it is missing or not a quantity (module_utils/quantity.py parses it)."""
     if text is None:
         return None
-    raw = str(text).strip()
-    for suffix, factor in _BINARY.items():
-        if raw.endswith(suffix):
-            raw, mult = raw[: -len(suffix)], factor
-            break
-    else:
-        suffix = raw.lstrip("0123456789.+-eE")
-        if suffix and suffix in _DECIMAL:
-            raw, mult = raw[: -len(suffix)], _DECIMAL[suffix]
-        else:
-            mult = 1
     try:
-        return float(raw) * mult
+        return float(quantity.parse_quantity(text))
     except ValueError:
         return None
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from . import GROUP
 from .admin import validate_user
 from .config import Settings
 from .context import kube_options, pass_settings
@@ -27,7 +28,7 @@ FLAVOR_RESOURCES = (("gpus", GPU, f"requests.{GPU}"), ("cpu", "cpu", "requests.c
                     ("memory", "memory", "requests.memory"))
 NAMESPACE_RESOURCES = (("storage", "requests.storage"),
                        ("persistentVolumeClaims", "persistentvolumeclaims"),
-                       ("devServers", "count/devservers.torchdev.io"))
+                       ("devServers", f"count/devservers.{GROUP}"))
 
 
 def _usage(entries: list[dict] | None) -> dict[str, dict[str, str]]:

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import click
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL, POD_INDEX_LABEL
 
 from .config import Settings
 from .context import kube_options, pass_settings
@@ -38,8 +39,6 @@ from .devserver import desired_replicas
 from .errors import ApiError, DevctlError
 from .output import DURATION, dump_json, human_duration, info, warn
 
-POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
-DEVSERVER_LABEL = "torchdev.io/devserver"
 DEFAULT_CONTAINER = "dev"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 LAUNCHER = "devrun"

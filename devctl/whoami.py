@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import click
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import USER_LABEL
 
 from .config import EMAIL_RE, Settings, user_from_owner
 from .context import kube_options, pass_settings
@@ -12,7 +13,6 @@ from .output import output_option, print_object, warn
 
 DEFAULT_QUEUE = "torchdev"
 # the label the DevUser role puts on the namespace dev-<user>
-USER_LABEL = "torchdev.io/user"
 
 
 def _email_like(text: str | None) -> bool:

@@ -7,6 +7,11 @@ one pinned ``ansible`` wheel and extract *only* the pinned collections from it
 into ``./collections/ansible_collections``.  The collection version inside the
 wheel must equal the pin in requirements.yml, otherwise we fail loudly.
 
+It also makes this checkout the collection torchdev.operator (galaxy.yml): a relative
+symlink ``collections/ansible_collections/torchdev/operator`` -> the repository root, so
+ansible-playbook, ansible-doc, ansible-lint, molecule, the local runtime and the tests
+resolve ``torchdev.operator.*`` to the files being edited.
+
 Usage: install_collections.py [--dest collections] [--requirements requirements.yml]
 """
 from __future__ import annotations
@@ -34,6 +39,23 @@ def installed_version(dest: pathlib.Path, fqcn: str) -> str | None:
     return json.loads(manifest.read_text())["collection_info"]["version"]
 
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def link_checkout(dest: pathlib.Path) -> None:
+    """collections/ansible_collections/<namespace>/<name> -> the repository root (galaxy.yml)."""
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    link = dest / "ansible_collections" / galaxy["namespace"] / galaxy["name"]
+    target = pathlib.Path(*[".."] * 3) if dest.resolve() == (ROOT / "collections").resolve() else ROOT
+    if link.is_symlink() and link.resolve() == ROOT.resolve():
+        return
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target, target_is_directory=True)
+    print(f"linked {link} -> {target} (the checkout is the collection {galaxy['namespace']}.{galaxy['name']})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dest", default="collections")
@@ -44,6 +66,7 @@ def main() -> int:
         c["name"]: str(c["version"])
         for c in yaml.safe_load(pathlib.Path(args.requirements).read_text())["collections"]
     }
+    link_checkout(dest)
     missing = {n: v for n, v in wanted.items() if installed_version(dest, n) != v}
     if not missing:
         return 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render every manifest torchdev ships or creates: input of `make checkov` and tests/security.
 
-    render_manifests.py [--image IMG] OUTDIR
+    python -m hack.render_manifests [--image IMG] OUTDIR
 
 writes
   OUTDIR/roles/<role>/<case>.yaml   what a role renders (its tasks/render.yml, after normalize.yml
@@ -18,7 +18,6 @@ one is an error, so nothing it renders escapes the security checks.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -29,18 +28,13 @@ from typing import Any, Callable
 
 import yaml
 
+from hack.render_cases import devserver_cases as devserver_matrix, devuser_cases as devuser_matrix
+
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ROOT / "roles"
 CONFIG = ROOT / "config"
 SAMPLES = CONFIG / "samples"
 BIN = Path(sys.executable).parent
-
-
-def _module(path: Path):
-    spec = importlib.util.spec_from_file_location("_torchdev_" + path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, str]:
@@ -78,18 +72,14 @@ def devuser_hostvars(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def devserver_cases() -> dict[str, dict[str, Any]]:
-    """The matrix tests/test_render.py validates: every sample DevServer x every sample
-    flavor, plus suspended, no-SSH, env/shared/Secret keys, a growing home and Kueue."""
-    cases = _module(ROOT / "tests" / "test_render.py").CASES
-    return {key: devserver_hostvars(case) for key, case in cases.items()}
+    """The DevServer matrix (hack/render_cases.py) as host variables."""
+    return {key: devserver_hostvars(case) for key, case in devserver_matrix().items()}
 
 
 def devuser_cases() -> dict[str, dict[str, Any]]:
-    """The matrix tests/devuser/test_devuser_render.py validates: the sample DevUsers (jane: namespace
-    dev-jane, where the DevServer matrix lives) and edge cases, with and without Kueue."""
-    sys.path.insert(0, str(ROOT / "tests" / "devuser"))
-    cases = _module(ROOT / "tests" / "devuser" / "test_devuser_render.py").CASES
-    return {key: devuser_hostvars(case) for key, case in cases.items()}
+    """The DevUser matrix (hack/render_cases.py: jane's namespace dev-jane is where the
+    DevServer matrix lives) as host variables."""
+    return {key: devuser_hostvars(case) for key, case in devuser_matrix().items()}
 
 
 CASE_BUILDERS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
@@ -131,8 +121,8 @@ def render_roles(workdir: Path, cases: dict[str, dict[str, dict[str, Any]]] | No
         "tasks": [
             {"name": "Run the role's pure tasks",
              # public: a role may name its objects in vars/main.yml (devserver_objects)
-             "ansible.builtin.include_role": {"name": "{{ torchdev_render_role }}", "tasks_from": "{{ item }}",
-                                              "public": True},
+             "ansible.builtin.include_role": {"name": "torchdev.operator.{{ torchdev_render_role }}",
+                                              "tasks_from": "{{ item }}", "public": True},
              "loop": "{{ torchdev_render_tasks }}"},
             {"name": "Dump the rendered objects",
              "ansible.builtin.copy": {

@@ -452,8 +452,6 @@ class ApiServer:
 
     # -- scale subresource ------------------------------------------------------
     def _scale_of(self, rt: ResourceType, obj: Obj) -> Obj:
-        from kubesim.selectors import LabelSelector  # noqa: F401  (selector string below)
-
         sel = (obj.get("spec") or {}).get("selector") or {}
         sel_str = ",".join(f"{k}={v}" for k, v in (sel.get("matchLabels") or {}).items())
         return {

@@ -27,3 +27,30 @@ def tool(name: str) -> str:
         pytest.fail(f"{name} not found in {VENV_BIN} or on PATH: run `make setup` "
                     "(it installs everything the tests need into .venv/)", pytrace=False)
     return found
+
+
+COLLECTIONS = ROOT / "collections"
+MODULES = "ansible_collections.torchdev.operator.plugins.modules"
+
+
+def run_module(name: str, args: dict, env: dict | None = None, timeout: float = 60) -> dict:
+    """One run of the collection's module ``name`` in its own process, as Ansible runs it
+    (arguments from a file, the JSON result on stdout); returns that result."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump({"ANSIBLE_MODULE_ARGS": args}, fh)
+    try:
+        run_env = dict(os.environ, **(env or {}))
+        run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(COLLECTIONS), run_env.get("PYTHONPATH")]))
+        out = subprocess.run([sys.executable, "-m", f"{MODULES}.{name}", fh.name], env=run_env,
+                             capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.unlink(fh.name)
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"module {name} printed no JSON result: {out.stdout[-2000:]}{out.stderr[-2000:]}")

@@ -14,8 +14,7 @@ import pytest
 from _support import ROOT, tool
 from kubesim.testing import KubeSim
 
-sys.path.insert(0, str(ROOT / "hack"))
-import demo  # noqa: E402  (hack/ is not a package)
+from hack import demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

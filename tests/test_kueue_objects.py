@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "config" / "samples"
 TEMPLATE = ROOT / "roles" / "devserverflavor" / "templates" / "resourceflavor" / "flavor.yaml.j2"
 
-sys.path.insert(0, str(ROOT / "plugins" / "filter"))  # the torchdev filters, for is_subset / module utils
 
 
 
@@ -41,7 +40,7 @@ def _model(kind):
 
 def admit(obj):
     """The object as the apiserver stores it (defaults applied) or ApiError; no field pruned."""
-    from torchdev import is_subset
+    from ansible_collections.torchdev.operator.plugins.module_utils.plan import is_subset
 
     out = _model(obj["kind"]).admit(copy.deepcopy(obj))
     assert is_subset(obj, out), (obj, out)
@@ -76,14 +75,14 @@ def resource_flavors(tmp_path_factory):
     (tmp / "render.yml").write_text(yaml.safe_dump([{
         "name": "Render ResourceFlavors", "hosts": "all", "gather_facts": False,
         "tasks": [
-            {"name": "Validate", "ansible.builtin.include_role": {"name": "devserverflavor", "tasks_from": "validate.yml", "public": True}},
+            {"name": "Validate", "ansible.builtin.include_role": {"name": "torchdev.operator.devserverflavor",
+                                                                   "tasks_from": "validate.yml", "public": True}},
             {"name": "Dump", "ansible.builtin.copy": {
                 "content": "{{ lookup('ansible.builtin.template', '%s') | from_yaml | to_json }}" % TEMPLATE,
                 "dest": str(tmp) + "/{{ inventory_hostname }}.json", "mode": "0644"}},
         ],
     }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS="8", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORKS="8", ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "inventory.json"),
                            str(tmp / "render.yml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -124,9 +123,9 @@ def test_too_many_labels_are_rejected_by_kueue_and_reported_by_us(resource_flavo
     with pytest.raises(ApiError) as err:
         _model("ResourceFlavor").admit(rf)
     assert "spec.nodeLabels" in err.value.message
-    from torchdev import _module_utils
+    from ansible_collections.torchdev.operator.plugins.module_utils import kueue
 
-    assert _module_utils("torchdev_kueue").resource_flavor_errors({"nodeSelector": rf["spec"]["nodeLabels"]})
+    assert kueue.resource_flavor_errors({"nodeSelector": rf["spec"]["nodeLabels"]})
 
 
 def _priority_classes():

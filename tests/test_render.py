@@ -10,95 +10,18 @@ every manifest is validated strictly against the Kubernetes 1.33 OpenAPI schema.
 from __future__ import annotations
 
 import copy
-import sys
-import zlib
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import yaml
+
+from ansible_collections.torchdev.operator.plugins.module_utils import plan
+from hack import render_manifests
+from hack.render_cases import NAMESPACE, devserver_cases
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "hack"))
-import render_manifests  # noqa: E402  (hack/ is not a package)
-
-SAMPLES = ROOT / "config" / "samples"
 K8S_VERSION = "1.33.0"
-NAMESPACE = "dev-jane"
-
-
-def _load(pattern):
-    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(SAMPLES.glob(pattern))}
-
-
-def _devserver(obj, name=None, **spec_overrides):
-    obj = copy.deepcopy(obj)
-    meta = obj["metadata"]
-    if name:
-        meta["name"] = name
-    meta.update(namespace=NAMESPACE, uid="00000000-0000-0000-0000-%012d" % zlib.crc32(meta["name"].encode()), generation=1)
-    obj["spec"].update(spec_overrides)
-    return obj
-
-
-def _cases():
-    devservers = _load("torchdev_v1alpha1_devserver_*.yaml")
-    flavors = _load("torchdev_v1alpha1_devserverflavor_*.yaml")
-    assert devservers and flavors, "config/samples must hold DevServer and DevServerFlavor samples"
-    cases = {}
-    for ds_file, ds in devservers.items():
-        for fl_file, flavor in flavors.items():
-            key = "%s__%s" % (ds["metadata"]["name"], flavor["metadata"]["name"])
-            cr = _devserver(ds, flavor=flavor["metadata"]["name"])
-            if cr["spec"].get("mode") == "distributed" and not (flavor["spec"].get("gpu") or {}).get("count"):
-                cr["spec"]["distributed"]["backend"] = "gloo"  # nccl without GPUs is InsufficientGPUs
-            cases[key] = {"cr": cr, "flavor": flavor}
-    standalone = devservers["torchdev_v1alpha1_devserver_standalone.yaml"]
-    gpu = flavors["torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"]
-    cpu = flavors["torchdev_v1alpha1_devserverflavor_cpu-small.yaml"]
-    cases["suspended"] = {"cr": _devserver(standalone, "sleepy", suspend=True), "flavor": gpu}
-    cases["no_ssh"] = {"cr": _devserver(standalone, "quiet", enableSSH=False, homeRetentionPolicy="Delete"), "flavor": cpu}
-    cases["env_shared_keys"] = {
-        "cr": _devserver(standalone, "full", sharedVolumeClaimName="team-efs",
-                         env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "A", "value": "$(TORCHDEV_NAME)"}],
-                         sshKeySecretRef={"name": "keys", "key": "authorized_keys"}),
-        "flavor": gpu,
-    }
-    # An existing server whose home grows from 100Gi to 200Gi: the StatefulSet keeps its
-    # (immutable) volumeClaimTemplate and the live PVC gets a resize patch instead.
-    grown = _devserver(standalone, "grown", persistentHomeSize="200Gi")
-    live_vct = {"metadata": {"name": "home"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
-                                                       "resources": {"requests": {"storage": "100Gi"}},
-                                                       "volumeMode": "Filesystem"}, "status": {"phase": "Pending"}}
-    cases["grown_home"] = {
-        "cr": grown, "flavor": gpu,
-        "observed": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                      "metadata": {"name": "grown", "namespace": NAMESPACE},
-                      "spec": {"serviceName": "grown", "volumeClaimTemplates": [live_vct],
-                               "selector": {"matchLabels": {"app.kubernetes.io/name": "devserver",
-                                                            "app.kubernetes.io/instance": "grown"}}}}],
-        "pvcs": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                  "metadata": {"name": "home-grown-0", "namespace": NAMESPACE},
-                  "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
-    }
-    # In a DevUser's namespace the user's shared claim is mounted at /shared by default.
-    jane = {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevUser", "metadata": {"name": "jane"},
-            "status": {"sharedVolumeClaimName": "jane-shared-efs"}}
-    cases["user_share"] = {"cr": _devserver(standalone, "withshare"), "flavor": cpu, "devuser": jane}
-    cases["user_share_opt_out"] = {"cr": _devserver(standalone, "noshare", mountSharedVolume=False), "flavor": cpu,
-                                   "devuser": jane}
-    # Kueue served and the namespace has LocalQueue torchdev: the new StatefulSet (only it,
-    # not its pod template) is queued, with the WorkloadPriorityClass that applies.
-    cases["kueue_queued"] = {
-        "cr": _devserver(standalone, "queued", priorityClassName="torchdev-high"), "flavor": gpu,
-        "kueue": {"served": True, "local_queue": {"metadata": {"name": "torchdev", "namespace": NAMESPACE},
-                                                  "spec": {"clusterQueue": "torchdev-jane"}},
-                  "priority_class": {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": True}},
-    }
-    return cases
-
-
-CASES = _cases()
+CASES = devserver_cases()
 QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
 
@@ -270,9 +193,6 @@ def test_raw_user_maps_are_not_snake_cased(rendered):
 
 def test_unchanged_objects_need_no_write(rendered):
     """Rendered objects read back unchanged (plus server defaults) produce no drift."""
-    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
-    import torchdev  # noqa: PLC0415
-
     for case, objects in rendered.items():
         live = copy.deepcopy([o for o in objects if o["kind"] != "PersistentVolumeClaim"])
         for obj in live:
@@ -282,7 +202,7 @@ def test_unchanged_objects_need_no_write(rendered):
                 obj["spec"].setdefault("sessionAffinity", "None")
                 obj["spec"]["clusterIPs"] = [obj["spec"].get("clusterIP", "10.0.0.1")]
         wanted = [o for o in objects if o["kind"] != "PersistentVolumeClaim"]
-        assert torchdev.drift(wanted, live) == [], case
+        assert plan.drift(wanted, live) == [], case
 
 
 SCRIPTS = ROOT / "roles" / "devserver" / "files" / "pytorch"
@@ -304,9 +224,7 @@ def test_scripts_configmap_is_mounted_and_on_path(rendered, case):
     env = {e["name"]: e for e in dev["env"]}
     assert env["PATH"]["value"].startswith("/opt/torchdev/bin:/opt/conda/bin:")
     annotations = sts["spec"]["template"]["metadata"]["annotations"]
-    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
-    import torchdev  # noqa: PLC0415
-    assert annotations["torchdev.io/scripts-hash"] == torchdev.checksum(cm["data"])
+    assert annotations["torchdev.io/scripts-hash"] == plan.checksum(cm["data"])
 
 
 def _distributed_cases():

@@ -49,18 +49,15 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import status as st
 from .gotime import DurationError, format_duration, parse_duration
 from .informer import Informer
-from .kube import ApiError
+from .kube import ApiError, KubeClient, ResourceInfo
 from .runner import AnsibleRunner, RunResult
 from .watches import GVK, Watch, selector_matches
 from .workqueue import RateLimitingQueue
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .runtime import Runtime
 
 log = logging.getLogger("torchdev_runtime")
 
@@ -205,8 +202,26 @@ def find_k8s_objects(value: Any, depth: int = 0, out: list | None = None) -> lis
 
 # --- the controller ------------------------------------------------------------------------
 
+class ControllerHost(Protocol):
+    """What a controller needs from the runtime that hosts it (torchdev_runtime.runtime.Runtime):
+    the API client, the informers it shares with the other controllers, discovery, the
+    static dependents of its kind, the log settings and a way to signal activity."""
+
+    client: KubeClient
+    verbose: bool
+    debug_logs: bool
+
+    def resource_for(self, gvk: GVK) -> ResourceInfo: ...
+
+    def informers_for(self, gvk: GVK, namespaced: bool) -> list[Informer]: ...
+
+    def static_dependents(self, gvk: GVK) -> list[GVK]: ...
+
+    def notify_activity(self) -> None: ...
+
+
 class Controller:
-    def __init__(self, runtime: "Runtime", watch: Watch, runner: AnsibleRunner,
+    def __init__(self, runtime: ControllerHost, watch: Watch, runner: AnsibleRunner,
                  reconcile_period: float):
         self.runtime = runtime
         self.watch = watch
@@ -376,7 +391,7 @@ class Controller:
             self.queue.add_rate_limited(key)
         else:
             self.queue.forget(key)
-        self.runtime._notify()
+        self.runtime.notify_activity()
 
     # -- reconcile ----------------------------------------------------------------------
     def _cached(self, ns: str, name: str) -> dict[str, Any] | None:

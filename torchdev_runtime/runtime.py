@@ -9,6 +9,7 @@ Python API (used by the CLI, the end-to-end tests and the demo)::
 """
 from __future__ import annotations
 
+import configparser
 import logging
 import os
 import shutil
@@ -42,6 +43,26 @@ def _parse_gvk_ref(ref: str) -> GVK:
         raise ValueError(f"invalid dependent resource reference {ref!r} "
                          "(want apiVersion/Kind, e.g. apps/v1/StatefulSet)")
     return GVK.from_api_version(av, kind)
+
+
+def collections_environ(ansible_config: str | None,
+                        environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a watch's FQCN role is resolved with: as is when it sets
+    ANSIBLE_COLLECTIONS_PATH (what ansible-operator reads); otherwise with the
+    ``collections_path`` of the ansible.cfg the runs use (relative to that file), so the
+    role found is the one ansible-playbook will load."""
+    env = dict(os.environ if environ is None else environ)
+    if env.get("ANSIBLE_COLLECTIONS_PATH") or not ansible_config or not os.path.isfile(ansible_config):
+        return env
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(ansible_config)
+    value = parser.get("defaults", "collections_path", fallback="") or \
+        parser.get("defaults", "collections_paths", fallback="")
+    if value:
+        base = os.path.dirname(os.path.abspath(ansible_config))
+        env["ANSIBLE_COLLECTIONS_PATH"] = ":".join(
+            os.path.normpath(os.path.join(base, os.path.expanduser(p))) for p in value.split(":") if p)
+    return env
 
 
 def default_ansible_config(watches_file: str | None) -> str | None:
@@ -95,19 +116,20 @@ class Runtime:
                  extra_env: Mapping[str, str] | None = None,
                  health_interval: float = 60.0,
                  forkserver: bool | None = None):
+        self.ansible_config = ansible_config or default_ansible_config(watches_file)
         if watches is None:
             if watches_file is None:
                 raise ValueError("watches_file or watches is required")
             watches = load_watches(watches_file,
                                    max_concurrent_reconciles=max_concurrent_reconciles,
-                                   ansible_verbosity=ansible_verbosity)
+                                   ansible_verbosity=ansible_verbosity,
+                                   environ=collections_environ(self.ansible_config))
         self.watches = watches
         self.watches_file = watches_file
         self.kubeconfig = os.path.abspath(kubeconfig or default_kubeconfig())
         if isinstance(namespaces, str):
             namespaces = [n.strip() for n in namespaces.split(",") if n.strip()]
         self.namespaces: list[str] = list(namespaces or [])
-        self.ansible_config = ansible_config or default_ansible_config(watches_file)
         self.reconcile_period = reconcile_period
         self.verbose = verbose
         # ansible-operator's ANSIBLE_DEBUG_LOGS: print the full ansible output of every run
@@ -171,7 +193,7 @@ class Runtime:
                 out.append(inf)
         return out
 
-    def _notify(self) -> None:
+    def notify_activity(self) -> None:
         with self._activity:
             self._activity.notify_all()
 
@@ -279,7 +301,7 @@ class Runtime:
             server.stop()
         if self._own_work_dir and not self.keep_artifacts and clean:
             shutil.rmtree(self.work_dir, ignore_errors=True)
-        self._notify()
+        self.notify_activity()
         log.info("torchdev-runtime: stopped")
         return clean
 

@@ -38,7 +38,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from kubesim.selectors import LabelSelector
+from kubeselect import LabelSelector
 
 from .gotime import DurationError, go_atoi, parse_duration, replace_env_variables
 
@@ -216,7 +216,7 @@ def validate_selector(sel: Mapping[str, Any], where: str = "selector") -> None:
 
 def selector_matches(sel: Mapping[str, Any] | None, labels: Mapping[str, str] | None) -> bool:
     """A watch's metav1.LabelSelector (validated above) against an object's labels; an empty
-    or missing selector matches everything. Shares kubesim's selector implementation."""
+    or missing selector matches everything. kubeselect's matcher (shared with kubesim)."""
     if not sel:
         return True
     return LabelSelector.from_dict(sel).matches(labels)

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from kubesim.errors import ApiError
-from kubesim.selectors import LabelSelector
+from kubeselect import LabelSelector
 
 Obj = dict[str, Any]
 

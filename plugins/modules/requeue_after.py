@@ -18,7 +18,10 @@ description:
   - Same contract as C(operator_sdk.util.requeue_after), which is not installable outside
     the ansible-operator image; ansible-operator accepts this bare action name too.
   - Makes no API request; supports check mode. The work is done by the action plugin of
-    the same name (plugins/action/requeue_after.py), in the controller: no module process.
+    the same name (plugins/action/requeue_after.py), in the controller, without a module process.
+  - Roles use the bare name C(requeue_after), resolved through the C(collections) list of
+    the role's meta, because ansible-operator honours only C(requeue_after) and
+    C(operator_sdk.util.requeue_after), by the task's action name.
 version_added: "0.1.0"
 author: torchdev maintainers
 options:
@@ -43,19 +46,17 @@ period:
   sample: 5s
 """
 
-import re
-
 from ansible.module_utils.basic import AnsibleModule
-
-_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
+from ansible_collections.torchdev.operator.plugins.module_utils.durations import check_period
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(period=dict(type="str", required=True)),
                            supports_check_mode=True)
-    period = module.params["period"].strip()
-    if period and not _DURATION.match(period):
-        module.fail_json(msg="period must be a Go duration such as 5s or 1m30s, got %r" % period)
+    try:
+        period = check_period(module.params["period"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, period=period)
 
 

@@ -1,7 +1,7 @@
 """devctl run: a real gloo job over a 2-replica DevServer in kubesim.
 
 No operator runs: the test plays it, creating the StatefulSet whose pods carry the env
-``torchdev_rendezvous_env`` renders (kubesim's StatefulSet controller makes the pods
+``rendezvous_env`` renders (kubesim's StatefulSet controller makes the pods
 ``<name>-<i>`` with the pod-index label, its kubelet makes them Ready). A fake kubectl
 (fake_kubectl.py) runs ``kubectl exec POD -- CMD`` locally with the pod's env, and
 ``devrun`` on PATH is a shim for the real launcher, so every rank runs real torchrun.
@@ -70,11 +70,9 @@ def launcher() -> Path:
 
 
 def load_rendezvous():
-    spec = importlib.util.spec_from_file_location("torchdev_rendezvous_filter_cli",
-                                                  REPO / "plugins" / "filter" / "rendezvous.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from ansible_collections.torchdev.operator.plugins.module_utils import rendezvous
+
+    return rendezvous
 
 
 def free_port() -> int:
@@ -126,7 +124,7 @@ def make_server(cluster, name: str, replicas: int = 2, ready: bool = True, distr
         spec.update(mode="distributed", distributed={"worldSize": replicas, "nprocsPerNode": 1, "backend": "gloo"})
     obj = cluster.create_devserver(name, **spec)
     flavor = cluster.custom.get_cluster_custom_object("torchdev.io", "v1alpha1", "devserverflavors", "cpu-small")
-    env = load_rendezvous().torchdev_rendezvous_env(obj, flavor)
+    env = load_rendezvous().rendezvous_env(obj, flavor)
     labels = {"torchdev.io/devserver": name}
     n = replicas if distributed else 1
     client.AppsV1Api(cluster.sim.k8s).create_namespaced_stateful_set(cluster.ns, {

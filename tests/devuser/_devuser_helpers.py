@@ -2,63 +2,15 @@
 from __future__ import annotations
 
 import copy
-import functools
 import pathlib
-import sys
-import zlib
 
-import yaml
+from hack.render_cases import KEY, admitted, devuser, flavors, load, samples  # noqa: F401 (the DevUser tests' helpers)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "config" / "samples"
 CRD = ROOT / "config" / "crd" / "bases" / "torchdev.io_devusers.yaml"
 GROUP, VERSION = "torchdev.io", "v1alpha1"
 KUEUE = "kueue.x-k8s.io"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForTorchdevEndToEndxxxxxxxxxxxxx e2e@test"
-
-
-def load(path: pathlib.Path) -> dict:
-    return yaml.safe_load(path.read_text())
-
-
-def samples(pattern: str) -> dict[str, dict]:
-    return {p.name: load(p) for p in sorted(SAMPLES.glob(pattern))}
-
-
-def flavors() -> list[dict]:
-    return list(samples("torchdev_v1alpha1_devserverflavor_*.yaml").values())
-
-
-def filters():
-    """plugins/filter/devuser.py as a plain module."""
-    path = str(ROOT / "plugins" / "filter")
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    import devuser  # noqa: PLC0415
-
-    return devuser
-
-
-@functools.lru_cache(maxsize=1)
-def _crd():
-    return load(CRD)
-
-
-def admitted(obj: dict) -> dict:
-    """The DevUser as the apiserver stores it (defaults applied), through kubesim's admission."""
-    from kubesim import validation
-
-    return validation.CRDModel(copy.deepcopy(_crd())).version(VERSION).admit(copy.deepcopy(obj))
-
-
-def devuser(name: str, uid: str | None = None, **spec) -> dict:
-    """A DevUser as the runtime hands it to the role: defaulted by the CRD, with uid and generation."""
-    body = {"email": f"{name}@example.com", "sshPublicKeys": [KEY]}
-    body.update(spec)
-    obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "metadata": {"name": name}, "spec": body}
-    obj = admitted(obj)
-    obj["metadata"].update(uid=uid or "00000000-0000-0000-0000-%012d" % zlib.crc32(name.encode()), generation=1)
-    return obj
 
 
 def kueue_model(kind: str):

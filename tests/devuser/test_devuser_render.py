@@ -10,15 +10,14 @@ OpenAPI schema, unknown fields rejected, CEL rules).
 from __future__ import annotations
 
 import copy
-import sys
 
 import kubernetes_validate
 import pytest
 
-from _devuser_helpers import KEY, ROOT, admitted, devuser, filters, flavors, kueue_model, samples, subset
-
-sys.path.insert(0, str(ROOT / "hack"))
-import render_manifests  # noqa: E402  (hack/ is not a package)
+from _devuser_helpers import KEY, kueue_model, subset
+from ansible_collections.torchdev.operator.plugins.module_utils import plan, quantity
+from hack import render_manifests
+from hack.render_cases import devuser_cases, flavors
 
 K8S_VERSION = "1.33.0"
 FLAVORS = flavors()
@@ -27,41 +26,7 @@ BUILTIN = {"Namespace", "RoleBinding", "ResourceQuota", "LimitRange", "NetworkPo
            "Secret"}
 
 
-def _sample(name):
-    obj = samples(name)[name]
-    obj = admitted(obj)
-    obj["metadata"].update(uid="11111111-2222-3333-4444-%012d" % len(obj["metadata"]["name"]), generation=3)
-    return obj
-
-
-def _cases():
-    jane = _sample("torchdev_v1alpha1_devuser.yaml")
-    ada = _sample("torchdev_v1alpha1_devuser_gpu.yaml")
-    gone = copy.deepcopy(FLAVORS[0])
-    gone["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-    cases = {}
-    for kueue in (False, True):
-        tag = "kueue" if kueue else "plain"
-        cases[f"jane-{tag}"] = {"cr": jane, "kueue": kueue, "flavors": FLAVORS}
-        cases[f"ada-{tag}"] = {"cr": ada, "kueue": kueue, "flavors": FLAVORS}
-        cases[f"nossh-{tag}"] = {"cr": devuser("nossh", sshPublicKeys=[], network={"sshAllowedCIDRs": []}),
-                                 "kueue": kueue, "flavors": FLAVORS}
-    cases["team-queue"] = {"cr": devuser("teamed", queue={"clusterQueue": "team-vision"}), "kueue": True,
-                           "flavors": FLAVORS}
-    cases["no-flavors"] = {"cr": devuser("early"), "kueue": True, "flavors": []}
-    cases["deleted-flavor"] = {"cr": devuser("late", quota={"gpus": 2}), "kueue": True, "flavors": FLAVORS + [gone]}
-    cases["no-cohort"] = {"cr": devuser("alone", quota={"gpus": 1, "cpu": 8, "memory": "64Gi"}), "kueue": True,
-                          "flavors": FLAVORS,
-                          "vars": {"kueue_cohort": "", "kueue_fair_sharing_weight": "500m",
-                                   "kueue_preemption": {"reclaimWithinCohort": "Never",
-                                                        "withinClusterQueue": "LowerOrNewerEqualPriority"}}}
-    cases["ipv6-small-quota"] = {"cr": devuser("v6", quota={"cpu": "50m", "memory": "100Mi", "storage": "10Gi"},
-                                               network={"sshAllowedCIDRs": ["fd00:10::/32", "10.1.0.0/16"]}),
-                                 "kueue": False, "flavors": FLAVORS}
-    return cases
-
-
-CASES = _cases()
+CASES = devuser_cases()
 
 
 @pytest.fixture(scope="module")
@@ -192,9 +157,8 @@ def test_quota_and_limits(rendered, case):
         assert hard["requests.cpu"] == str(quota["cpu"]) and hard["requests.memory"] == str(quota["memory"])
     (item,) = objs[("LimitRange", "torchdev-limits")]["spec"]["limits"]
     assert item["type"] == "Container" and "nvidia.com/gpu" not in item["max"]
-    du = filters()
     for res in ("cpu", "memory"):
-        assert du._q(item["defaultRequest"][res]) <= du._q(item["max"][res])
+        assert quantity.parse_quantity(item["defaultRequest"][res]) <= quantity.parse_quantity(item["max"][res])
 
 
 def _queue_case_ids():
@@ -276,9 +240,6 @@ def test_ssh_keys_never_reach_the_output(rendered):
 
 def test_unchanged_objects_need_no_write(rendered):
     """Rendered objects read back unchanged (plus server defaults) produce no drift."""
-    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
-    import torchdev  # noqa: PLC0415
-
     for case, objects in rendered["objects"].items():
         live = copy.deepcopy(objects)
         for obj in live:
@@ -290,4 +251,4 @@ def test_unchanged_objects_need_no_write(rendered):
                 obj["spec"]["limits"][0]["default"] = dict(obj["spec"]["limits"][0]["max"])
             if obj["kind"] in ("ClusterQueue", "LocalQueue"):
                 obj["spec"] = kueue_model(obj["kind"]).admit(copy.deepcopy(obj))["spec"]
-        assert torchdev.drift(objects, live) == [], case
+        assert plan.drift(objects, live) == [], case

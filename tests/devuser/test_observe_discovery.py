@@ -1,40 +1,15 @@
-"""torchdev_observe's discovery and list-everything queries (what the devuser role uses to
+"""k8s_observe's discovery and list-everything queries (what the devuser role uses to
 detect Kueue and to list the DevServerFlavors), against kubesim with and without Kueue."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from _support import run_module
 from kubesim.testing import KubeSim
 
-ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "plugins" / "modules" / "torchdev_observe.py"
-UTILS = ROOT / "plugins" / "module_utils"
-# Alias every module_utils file as ansible.module_utils.<name>, as Ansible bundles them.
-ALIAS = (
-    "import sys, importlib.util, pathlib\n"
-    f"for f in sorted(pathlib.Path({str(UTILS)!r}).glob('*.py')):\n"
-    "    spec = importlib.util.spec_from_file_location('ansible.module_utils.' + f.stem, f)\n"
-    "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-    "    sys.modules['ansible.module_utils.' + f.stem] = m\n"
-)
-
-
-def _load():
-    exec(ALIAS, {})
-    spec = importlib.util.spec_from_file_location("torchdev_observe_du", MODULE)
-    obs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(obs)
-    return obs
-
-
-observe = _load()
+observe = importlib.import_module("ansible_collections.torchdev.operator.plugins.modules.k8s_observe")
 
 
 @pytest.mark.parametrize("query,error", [
@@ -60,12 +35,7 @@ def test_query_path(query, path):
 
 
 def _run(sim, queries, tmp_path):
-    args = str(tmp_path / "args.json")
-    Path(args).write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"queries": queries}}))
-    code = ALIAS + f"import runpy\nsys.argv = ['x', {args!r}]\nrunpy.run_path({str(MODULE)!r}, run_name='__main__')\n"
-    env = dict(os.environ, K8S_AUTH_KUBECONFIG=sim.kubeconfig)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    result = json.loads(out.stdout)
+    result = run_module("k8s_observe", {"queries": queries}, {"K8S_AUTH_KUBECONFIG": sim.kubeconfig})
     assert not result.get("failed"), result
     return result["objects"]
 

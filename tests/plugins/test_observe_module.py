@@ -1,35 +1,12 @@
-"""torchdev_observe: the pure parts (paths, query checks) and a real run against kubesim."""
+"""k8s_observe: the pure parts (paths, query checks) and a real run against kubesim."""
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+import importlib
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+import _support as support
 
-
-MODULE_UTILS = ("torchdev_k8s", "torchdev_kueue")
-
-
-def _load():
-    # The module imports ansible.module_utils.torchdev_*; alias the files for a plain import.
-    for name in MODULE_UTILS:
-        spec = importlib.util.spec_from_file_location(
-            "ansible.module_utils." + name, ROOT / "plugins" / "module_utils" / (name + ".py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules["ansible.module_utils." + name] = mod
-    spec = importlib.util.spec_from_file_location("torchdev_observe", ROOT / "plugins" / "modules" / "torchdev_observe.py")
-    obs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(obs)
-    return obs
-
-
-observe = _load()
+observe = importlib.import_module("ansible_collections.torchdev.operator.plugins.modules.k8s_observe")
 
 
 @pytest.mark.parametrize("query,ns,path", [
@@ -65,19 +42,7 @@ def test_validate_query(query, error):
 
 def run_module(sim, args, tmp_path):
     """One real run of the module (a process, as Ansible runs it) against `sim`; its JSON result."""
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps(args))
-    env = dict(os.environ, K8S_AUTH_KUBECONFIG=sim.kubeconfig)
-    utils = ROOT / "plugins" / "module_utils"
-    code = "import sys, importlib.util, runpy\n"
-    for name in MODULE_UTILS:
-        code += (f"spec = importlib.util.spec_from_file_location('ansible.module_utils.{name}', {str(utils / (name + '.py'))!r})\n"
-                 "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-                 f"sys.modules['ansible.module_utils.{name}'] = m\n")
-    code += (f"sys.argv = ['x', {str(argfile)!r}]\n"
-             f"runpy.run_path({str(ROOT / 'plugins' / 'modules' / 'torchdev_observe.py')!r}, run_name='__main__')\n")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    return json.loads(out.stdout)
+    return support.run_module("k8s_observe", args["ANSIBLE_MODULE_ARGS"], {"K8S_AUTH_KUBECONFIG": sim.kubeconfig})
 
 
 def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):

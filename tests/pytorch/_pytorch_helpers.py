@@ -1,7 +1,7 @@
 """Helpers for tests/pytorch (imported by name: conftest.py is not unique in tests/): load the rendezvous filter by path, play "pods" locally.
 
 A distributed DevServer is simulated by N local process trees ("pods"), each started in
-its own session with exactly the env ``torchdev_rendezvous_env`` renders, resolved the
+its own session with exactly the env ``rendezvous_env`` renders, resolved the
 way the kubelet would for pod index i (value -> as is; the downward-API fieldRef of
 ``metadata.labels['apps.kubernetes.io/pod-index']`` -> "i"), with pod 0's DNS name
 mapped to 127.0.0.1 and a free MASTER_PORT per test.  Every pod is killed (whole
@@ -26,7 +26,6 @@ DEVRUN = os.path.join(SCRIPTS, "devrun")
 ALLREDUCE_CHECK = os.path.join(SCRIPTS, "allreduce_check.py")
 GPU_CHECK = os.path.join(SCRIPTS, "gpu_check.py")
 TRAIN_TINY = os.path.join(os.path.dirname(__file__), "train_tiny.py")
-FILTER = os.path.join(ROOT, "plugins", "filter", "rendezvous.py")
 POD_TIMEOUT = 75  # seconds a whole simulated job may take before it is killed
 
 # Variables of the test runner's own environment that would leak into the "pods".
@@ -36,10 +35,10 @@ _DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RAN
 
 
 def load_rendezvous():
-    spec = importlib.util.spec_from_file_location("torchdev_rendezvous_filter", FILTER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """plugins/module_utils/rendezvous.py (the env every pod of a DevServer gets)."""
+    from ansible_collections.torchdev.operator.plugins.module_utils import rendezvous
+
+    return rendezvous
 
 
 def load_devrun():

@@ -66,7 +66,7 @@ def test_dry_run_executable_with_filter_env(tmp_path):
     ds = {"metadata": {"name": "train", "namespace": "dev-bob"},
           "spec": {"flavor": "cpu", "mode": "distributed", "distributed": {"worldSize": 6, "nprocsPerNode": 2, "backend": "gloo"}}}
     env = base_env()
-    env.update(resolve_env(R.torchdev_rendezvous_env(ds, {}), 2, "train-2"))
+    env.update(resolve_env(R.rendezvous_env(ds, {}), 2, "train-2"))
     out = subprocess.run([DEVRUN, "--dry-run", "train.py", "--steps", "3"], env=env, capture_output=True, text=True,
                          timeout=30, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr

@@ -32,12 +32,12 @@ def distributed(name, world, nprocs, namespace="dev-test"):
 def pod_envs(ds):
     """(rendered env list, [resolved env of pod i]) for every replica of ``ds``."""
     name, namespace = ds["metadata"]["name"], ds["metadata"]["namespace"]
-    rendered = R.torchdev_rendezvous_env(ds, CPU_FLAVOR)
+    rendered = R.rendezvous_env(ds, CPU_FLAVOR)
     host = "%s-0.%s.%s.svc.cluster.local" % (name, name, namespace)
     assert {"name": "MASTER_ADDR", "value": host} in rendered
     port = free_port()
     envs = []
-    for index in range(R.torchdev_replicas(ds)):
+    for index in range(R.replicas(ds)):
         env = base_env()
         env.update(resolve_env(rendered, index, "%s-%d" % (name, index), dns={host: "127.0.0.1"}, port=port))
         envs.append(env)

@@ -15,8 +15,13 @@ Three parts:
                          (observed objects: get + patch; force: + update);
                          patched: get + patch; absent: get + delete; wait: + list, watch
     kubernetes.core.k8s_info  get by name, else list; wait: + watch
-    torchdev_observe     per query: get by name, list by label selector
-    torchdev_status      get <resource>, patch <resource>/status
+    torchdev.operator.k8s_observe  per query: get by name, list by label selector
+    torchdev.operator.k8s_status   get <resource>, patch <resource>/status
+
+  The tasks of the shared role torchdev.operator.common (its task files, its templates)
+  count for every role that uses it; expressions naming the object being reconciled
+  (``_torchdev_io_<kind>``, ``common_object``) resolve to the role's watched kind, and
+  ``torchdev`` to the constants (plugins/module_utils/constants.py).
 
   A module the scan does not know is reported, never ignored.
 * `operator_needs`: what ansible-operator itself needs per watches.yaml: an informer (list,
@@ -39,12 +44,16 @@ import jinja2
 import yaml
 from jinja2 import nodes
 
+from ansible_collections.torchdev.operator.plugins.module_utils import constants
 from kubesim import kueue as kueue_crds
 from kubesim.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 RBAC = ROOT / "config" / "rbac"
+COLLECTION = "torchdev.operator."
+# The role every kind's role shares (its task files and templates are scanned with each).
+COMMON = "common"
 
 # Verbs for which resourceNames are part of the need (everything else is name-insensitive).
 NAMED_VERBS = frozenset({"bind", "escalate", "impersonate"})
@@ -188,10 +197,19 @@ def _action(task: dict[str, Any]) -> tuple[str, Any]:
     if len(actions) > 1:
         raise ValueError("task %r has several actions: %s" % (task.get("name"), actions))
     name = actions[0]
-    for prefix in ("ansible.builtin.", "ansible.legacy.", "kubernetes.core."):
+    for prefix in ("ansible.builtin.", "ansible.legacy.", "kubernetes.core.", COLLECTION):
         if name.startswith(prefix):
             name = name[len(prefix):]
     return name, task[actions[0]]
+
+
+def primary_stub(role: str) -> dict[str, Any]:
+    """The object a watch's role reconciles, as far as a scan can know it (apiVersion, kind)."""
+    for watch in load_watches():
+        if watch["role"].rpartition(".")[2] == role:
+            api = "%s/%s" % (watch["group"], watch["version"]) if watch.get("group") else watch["version"]
+            return {"apiVersion": api, "kind": watch["kind"], "metadata": {}}
+    return {}
 
 
 class _Role:
@@ -200,14 +218,19 @@ class _Role:
     def __init__(self, role: str, reg: Registry, roles_dir: Path = ROLES):
         self.name, self.reg, self.dir = role, reg, roles_dir / role
         self.env = jinja2.Environment()
+        self.dirs = [self.dir] + ([roles_dir / COMMON] if (roles_dir / COMMON).is_dir() and role != COMMON else [])
         self.tasks: list[tuple[dict[str, Any], str]] = []
-        for path in sorted((self.dir / "tasks").glob("*.yml")):
-            self.tasks += list(_walk_tasks(yaml.safe_load(path.read_text()), path.name))
+        for base in self.dirs:
+            for path in sorted((base / "tasks").glob("*.yml")):
+                self.tasks += list(_walk_tasks(yaml.safe_load(path.read_text()), "%s/%s" % (base.name, path.name)))
         self.defaults: dict[str, Any] = {}
         for sub in ("defaults", "vars"):
             path = self.dir / sub / "main.yml"
             if path.exists():
                 self.defaults.update(yaml.safe_load(path.read_text()) or {})
+        primary = primary_stub(role)
+        self.context = dict(self.defaults, torchdev=constants.as_dict(), common_object=primary,
+                            **{"_torchdev_io_%s" % primary.get("kind", "").lower(): primary})
         self.facts: dict[str, list[Any]] = {k: [v] for k, v in self.defaults.items()}
         self.registered: dict[str, list[tuple[str, Any]]] = {}
         for task, _ in self.tasks:
@@ -225,7 +248,7 @@ class _Role:
         if not isinstance(value, str) or "{" not in value:
             return value
         try:
-            return self.env.from_string(value, globals={}).render(self.defaults) if value else value
+            return self.env.from_string(value, globals={}).render(self.context) if value else value
         except jinja2.UndefinedError:  # pragma: no cover - reported by the caller
             return None
 
@@ -305,7 +328,9 @@ class _Role:
     def _template(self, name: str) -> set[Source]:
         """The kinds a template renders: its top-level apiVersion/kind lines (one per document),
         and those of the templates it includes."""
-        text = (self.dir / "templates" / name).read_text()
+        path = next((d / "templates" / name for d in self.dirs if (d / "templates" / name).exists()),
+                    self.dir / "templates" / name)
+        text = path.read_text()
         out = set()
         for included in re.findall(r"\{%-?\s*include\s+['\"]([^'\"]+)['\"]", text):
             out |= self._template(included)
@@ -323,7 +348,7 @@ class _Role:
 
     def _result(self, module: str, args: Any, path: list[Any]) -> set[Source]:
         """What a registered module result holds (path: the attributes read from it)."""
-        if module == "torchdev_observe":
+        if module == "k8s_observe":
             queries = args.get("queries") or {}
             if len(path) > 1 and path[0] == "objects":
                 keys = [path[1]] if path[1] in queries else []  # another registration of the name has it
@@ -358,7 +383,7 @@ class _Role:
 # Our filters whose output holds only some kinds of their input (the scan cannot read
 # Python); test_rbac_least_privilege.py checks each entry against the filter itself.
 FILTER_OUTPUT_KINDS = {
-    "torchdev_devuser_replace": frozenset({"LocalQueue"}),
+    COLLECTION + "devuser_replace": frozenset({"LocalQueue"}),
 }
 
 
@@ -366,7 +391,7 @@ FILTER_OUTPUT_KINDS = {
 # objects that part holds}}; the other parts hold objects of the filter's input.
 # test_rbac_least_privilege.py checks each entry against the filter itself.
 FILTER_PARTS = {
-    "torchdev_plan": {"to_prune": 0},
+    COLLECTION + "plan": {"to_prune": 0},
 }
 
 
@@ -390,7 +415,7 @@ VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 
 def observe_kueue_accesses(options: dict[str, Any] | None, const) -> list[Access]:
-    """What torchdev_observe's kueue option reads (plugins/modules/torchdev_observe.py
+    """What k8s_observe's kueue option reads (plugins/modules/k8s_observe.py
     observe_kueue): the discovery of kueue.x-k8s.io (non-resource), then per option."""
     if options is None:
         return []
@@ -442,7 +467,7 @@ def scan_role(role: str, reg: Registry, roles_dir: Path = ROLES) -> RoleScan:
             elif module == "k8s_info":
                 group, plural = resource_of(reg, r.const(args.get("api_version", "v1")), r.const(args["kind"]))
                 scan.add(Access(group, plural, "get" if args.get("name") else "list"), why)
-            elif module == "torchdev_observe":
+            elif module == "k8s_observe":
                 for query in (args.get("queries") or {}).values():
                     if query.get("discovery"):
                         continue  # /apis/<group>/<version>: a non-resource URL (system:discovery)
@@ -450,7 +475,7 @@ def scan_role(role: str, reg: Registry, roles_dir: Path = ROLES) -> RoleScan:
                     scan.add(Access(group, plural, "get" if query.get("name") else "list"), why)
                 for access in observe_kueue_accesses(args.get("kueue"), r.const):
                     scan.add(access, why)
-            elif module == "torchdev_status":
+            elif module == "k8s_status":
                 group, plural = resource_of(reg, r.const(args["api_version"]), r.const(args["kind"]))
                 scan.add(Access(group, plural, "get"), why)
                 scan.add(Access(group, plural + "/status", "patch"), why)
@@ -462,7 +487,8 @@ def scan_role(role: str, reg: Registry, roles_dir: Path = ROLES) -> RoleScan:
 
 
 def roles() -> list[str]:
-    return sorted(p.name for p in ROLES.iterdir() if (p / "tasks").is_dir())
+    """The roles watches.yaml runs (the common role is scanned with each of them)."""
+    return sorted(w["role"].rpartition(".")[2] for w in load_watches())
 
 
 # --- what ansible-operator needs ------------------------------------------------------------
@@ -492,7 +518,7 @@ def operator_needs(reg: Registry, scans: dict[str, RoleScan], rendered: dict[str
         need(Access(group, plural + "/status", "update"), "ansible-operator: status of %s (markError)" % kind)
         if watch.get("finalizer"):
             need(Access(group, plural, "update"), "ansible-operator: adds/removes the %s finalizer" % kind)
-        scan = scans.get(watch["role"])
+        scan = scans.get(watch["role"].rpartition(".")[2])
         if scan is None:
             continue
         blacklist = set()

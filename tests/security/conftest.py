@@ -3,26 +3,21 @@
 of config/."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
+from _cluster import kube, runtime, sim  # noqa: F401 (the end-to-end fixtures, for the tests that run the operator)
+from hack import render_manifests as renderer
+
 ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
 
 
-def _render_module():
-    spec = importlib.util.spec_from_file_location("render_manifests", ROOT / "hack" / "render_manifests.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def render_manifests():
-    return _render_module()
+    return renderer
 
 
 @pytest.fixture(scope="session")

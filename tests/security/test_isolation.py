@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from _rbac import Access, allows, registry
-from kubesim.selectors import LabelSelector
+from kubeselect import LabelSelector
 
 REG = registry()
 JANE, ADA, NOSSH = "jane-plain", "ada-plain", "nossh-plain"

@@ -4,21 +4,18 @@ the namespaces torchdev creates enforce it."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from _pss import pod_specs, violations
+from hack import render_manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _case_ids():
-    spec = importlib.util.spec_from_file_location("render_manifests", ROOT / "hack" / "render_manifests.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [(role, case) for role, cases in module.role_cases().items() for case in cases]
+    return [(role, case) for role, cases in render_manifests.role_cases().items() for case in cases]
 
 
 CASES = _case_ids()

@@ -11,7 +11,7 @@ test_rbac_requests.py checks the same ClusterRole against the requests of a real
 from __future__ import annotations
 
 import copy
-import importlib.util
+import importlib
 import textwrap
 
 import pytest
@@ -154,7 +154,7 @@ def test_scan_sees_a_new_read_and_an_unknown_module(tmp_path):
         "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ x }}\n")
     (tasks / "main.yml").write_text(textwrap.dedent("""\
         - name: Read
-          torchdev_observe:
+          torchdev.operator.k8s_observe:
             queries:
               crons: {api_version: batch/v1, plural: cronjobs, label_selector: a=b}
               pods: {api_version: v1, plural: pods, name: x}
@@ -183,13 +183,13 @@ def test_scan_sees_a_new_read_and_an_unknown_module(tmp_path):
 
 
 def _filter(name):
+    """A filter by its FQCN, from the collection's filter plugins."""
+    short = name.removeprefix(_rbac.COLLECTION)
     for path in sorted((_rbac.ROOT / "plugins" / "filter").glob("*.py")):
-        spec = importlib.util.spec_from_file_location("_filter_" + path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = importlib.import_module("ansible_collections.torchdev.operator.plugins.filter." + path.stem)
         filters = module.FilterModule().filters()
-        if name in filters:
-            return filters[name]
+        if short in filters:
+            return filters[short]
     raise LookupError(name)
 
 

@@ -9,9 +9,6 @@ non-resource URLs every authenticated client may GET (system:discovery).
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -19,14 +16,7 @@ import yaml
 import _rbac
 from _rbac import Access, allows
 
-E2E = Path(__file__).resolve().parents[1] / "e2e"
-sys.path.insert(0, str(E2E))
-from _e2e_helpers import GROUP, VERSION, devserver, new_namespace, wait_degraded, wait_ready, warning_events  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("_e2e_conftest", E2E / "conftest.py")
-_e2e = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_e2e)
-sim, kube, runtime = _e2e.sim, _e2e.kube, _e2e.runtime  # the e2e fixtures, for this module
+from _e2e_helpers import GROUP, VERSION, devserver, new_namespace, wait_degraded, wait_ready, warning_events
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -8,24 +8,14 @@ Static: every task whose result can hold the keys is no_log (see KEY_TASKS).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from _rbac import ROLES, TASK_KEYWORDS, _walk_tasks
 
-E2E = Path(__file__).resolve().parents[1] / "e2e"
-sys.path.insert(0, str(E2E))
-from _e2e_helpers import GROUP, ROOT, VERSION, devserver, wait_ready  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("_e2e_conftest_keys", E2E / "conftest.py")
-_e2e = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_e2e)
-sim, kube = _e2e.sim, _e2e.kube  # the e2e fixtures, for this module
+from _e2e_helpers import GROUP, ROOT, VERSION, devserver, wait_ready
 
 CANARY_USER = "TorchdevCanaryUserKey0123456789abcdefghij"
 CANARY_SERVER = "TorchdevCanaryServerKey0123456789abcdefgh"
@@ -105,19 +95,29 @@ KEY_NAMES = {
 }
 # Tasks that reference a key-carrying name but whose result cannot hold a key: the name is
 # only an input of a filter that returns something else (a reason each).
+COMMON = ("hands the CR to the common role (include vars are not printed), whose tasks pass on "
+          "its apiVersion, kind, metadata and a status only (k8s_status, the Event template)")
+STATUS = ("the status the kind's rules computed from the CR (no key in it) and the CR's metadata, "
+          "through the common role's status.yml")
 KEY_FREE = {
     "devuser": {
         "apply.yml: Compute the objects to delete, to replace and to detach": "from devuser_live (redacted: no Secret data)",
-        "failed.yml: Record the failure in the status": "writes conditions; the CR is only read for its generation",
         "finalize.yml: Decide what to suspend, detach and delete": "metadata of redacted objects and the Namespace only",
+        "finalize.yml: Say that an adopted namespace is kept despite deletionPolicy Delete": COMMON,
+        "main.yml: Report a problem with the spec": COMMON,
+        "main.yml: Report a namespace the DevUser may not manage": COMMON,
+        "main.yml: Record the failure": COMMON,
+        "status.yml: Write the DevUser status": STATUS,
         "normalize.yml: Normalize the DevUser spec": "keeps the keys out of its facts (render.yml reads the raw spec)",
         "observe.yml: Summarise Kueue, the flavors, the namespace and the live objects":
             "devuser_live is redacted; the Namespace holds no keys",
         "render.yml: Compute the render context": "owner references of the CR only",
     },
     "devserver": {
-        "failed.yml: Record the failure in the status": "writes conditions; the CR is only read for its generation",
-        "failed.yml: Emit a Warning Event": "the Event template reads the CR's metadata only",
+        "main.yml: Report a problem with the spec or its flavor": COMMON,
+        "main.yml: Record the failure": COMMON,
+        "status.yml: Write the DevServer status": STATUS,
+        "status.yml: Look again soon while the server's pods are starting": "a period computed from the status",
     },
 }
 

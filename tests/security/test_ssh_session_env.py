@@ -20,16 +20,13 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from _support import ROOT
-
-sys.path.insert(0, str(ROOT / "hack"))
-import render_manifests  # noqa: E402  (hack/ is not a package)
+from hack import render_manifests
 
 SSH_TOOLS = ("sshd", "ssh", "ssh-keygen", "sftp")
 SECRET = "s3cr3t 'token' \"with\" $HOME and \\ backslash\nsecond line ✓"

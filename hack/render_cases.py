@@ -1,0 +1,163 @@
+"""The render matrices: the sample custom resources and edge cases each rendering role is
+rendered for. hack/render_manifests.py renders them (for `make checkov`), tests/test_render.py,
+tests/devuser/test_devuser_render.py and tests/security validate what comes out.
+
+    devserver_cases()  every sample DevServer x every sample flavor, plus suspended, no-SSH,
+                       env/shared/Secret keys, a growing home, Kueue and the DevUser's share
+    devuser_cases()    the sample DevUsers and edge cases, with and without Kueue
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import zlib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "config" / "samples"
+DEVUSER_CRD = ROOT / "config" / "crd" / "bases" / "torchdev.io_devusers.yaml"
+GROUP, VERSION = "torchdev.io", "v1alpha1"
+NAMESPACE = "dev-jane"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForTorchdevEndToEndxxxxxxxxxxxxx e2e@test"
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def samples(pattern: str) -> dict[str, dict]:
+    return {p.name: load(p) for p in sorted(SAMPLES.glob(pattern))}
+
+
+def flavors() -> list[dict]:
+    return list(samples("torchdev_v1alpha1_devserverflavor_*.yaml").values())
+
+
+# --------------------------------------------------------------------------- DevServer
+def _devserver(obj, name=None, **spec_overrides):
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"]
+    if name:
+        meta["name"] = name
+    meta.update(namespace=NAMESPACE, uid="00000000-0000-0000-0000-%012d" % zlib.crc32(meta["name"].encode()), generation=1)
+    obj["spec"].update(spec_overrides)
+    return obj
+
+
+def devserver_cases() -> dict[str, dict]:
+    """{case: {cr, flavor, observed?, pvcs?, kueue?, devuser?}} (hack/render_manifests.py devserver_hostvars)."""
+    devservers = samples("torchdev_v1alpha1_devserver_*.yaml")
+    flavor_samples = samples("torchdev_v1alpha1_devserverflavor_*.yaml")
+    assert devservers and flavor_samples, "config/samples must hold DevServer and DevServerFlavor samples"
+    cases = {}
+    for ds_file, ds in devservers.items():
+        for fl_file, flavor in flavor_samples.items():
+            key = "%s__%s" % (ds["metadata"]["name"], flavor["metadata"]["name"])
+            cr = _devserver(ds, flavor=flavor["metadata"]["name"])
+            if cr["spec"].get("mode") == "distributed" and not (flavor["spec"].get("gpu") or {}).get("count"):
+                cr["spec"]["distributed"]["backend"] = "gloo"  # nccl without GPUs is InsufficientGPUs
+            cases[key] = {"cr": cr, "flavor": flavor}
+    standalone = devservers["torchdev_v1alpha1_devserver_standalone.yaml"]
+    gpu = flavor_samples["torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"]
+    cpu = flavor_samples["torchdev_v1alpha1_devserverflavor_cpu-small.yaml"]
+    cases["suspended"] = {"cr": _devserver(standalone, "sleepy", suspend=True), "flavor": gpu}
+    cases["no_ssh"] = {"cr": _devserver(standalone, "quiet", enableSSH=False, homeRetentionPolicy="Delete"), "flavor": cpu}
+    cases["env_shared_keys"] = {
+        "cr": _devserver(standalone, "full", sharedVolumeClaimName="team-efs",
+                         env=[{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "A", "value": "$(TORCHDEV_NAME)"}],
+                         sshKeySecretRef={"name": "keys", "key": "authorized_keys"}),
+        "flavor": gpu,
+    }
+    # An existing server whose home grows from 100Gi to 200Gi: the StatefulSet keeps its
+    # (immutable) volumeClaimTemplate and the live PVC gets a resize patch instead.
+    grown = _devserver(standalone, "grown", persistentHomeSize="200Gi")
+    live_vct = {"metadata": {"name": "home"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                                                       "resources": {"requests": {"storage": "100Gi"}},
+                                                       "volumeMode": "Filesystem"}, "status": {"phase": "Pending"}}
+    cases["grown_home"] = {
+        "cr": grown, "flavor": gpu,
+        "observed": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                      "metadata": {"name": "grown", "namespace": NAMESPACE},
+                      "spec": {"serviceName": "grown", "volumeClaimTemplates": [live_vct],
+                               "selector": {"matchLabels": {"app.kubernetes.io/name": "devserver",
+                                                            "app.kubernetes.io/instance": "grown"}}}}],
+        "pvcs": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                  "metadata": {"name": "home-grown-0", "namespace": NAMESPACE},
+                  "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
+    }
+    # In a DevUser's namespace the user's shared claim is mounted at /shared by default.
+    jane = {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevUser", "metadata": {"name": "jane"},
+            "status": {"sharedVolumeClaimName": "jane-shared-efs"}}
+    cases["user_share"] = {"cr": _devserver(standalone, "withshare"), "flavor": cpu, "devuser": jane}
+    cases["user_share_opt_out"] = {"cr": _devserver(standalone, "noshare", mountSharedVolume=False), "flavor": cpu,
+                                   "devuser": jane}
+    # Kueue served and the namespace has LocalQueue torchdev: the new StatefulSet (only it,
+    # not its pod template) is queued, with the WorkloadPriorityClass that applies.
+    cases["kueue_queued"] = {
+        "cr": _devserver(standalone, "queued", priorityClassName="torchdev-high"), "flavor": gpu,
+        "kueue": {"served": True, "local_queue": {"metadata": {"name": "torchdev", "namespace": NAMESPACE},
+                                                  "spec": {"clusterQueue": "torchdev-jane"}},
+                  "priority_class": {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": True}},
+    }
+    return cases
+
+
+# --------------------------------------------------------------------------- DevUser
+@functools.lru_cache(maxsize=1)
+def _devuser_crd():
+    return load(DEVUSER_CRD)
+
+
+def admitted(obj: dict) -> dict:
+    """The DevUser as the apiserver stores it (defaults applied), through kubesim's admission."""
+    from kubesim import validation
+
+    return validation.CRDModel(copy.deepcopy(_devuser_crd())).version(VERSION).admit(copy.deepcopy(obj))
+
+
+def devuser(name: str, uid: str | None = None, **spec) -> dict:
+    """A DevUser as the runtime hands it to the role: defaulted by the CRD, with uid and generation."""
+    body = {"email": f"{name}@example.com", "sshPublicKeys": [KEY]}
+    body.update(spec)
+    obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "metadata": {"name": name}, "spec": body}
+    obj = admitted(obj)
+    obj["metadata"].update(uid=uid or "00000000-0000-0000-0000-%012d" % zlib.crc32(name.encode()), generation=1)
+    return obj
+
+
+def _sample(name):
+    obj = samples(name)[name]
+    obj = admitted(obj)
+    obj["metadata"].update(uid="11111111-2222-3333-4444-%012d" % len(obj["metadata"]["name"]), generation=3)
+    return obj
+
+
+def devuser_cases() -> dict[str, dict]:
+    """{case: {cr, kueue, flavors, vars?}} (hack/render_manifests.py devuser_hostvars)."""
+    all_flavors = flavors()
+    jane = _sample("torchdev_v1alpha1_devuser.yaml")
+    ada = _sample("torchdev_v1alpha1_devuser_gpu.yaml")
+    gone = copy.deepcopy(all_flavors[0])
+    gone["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    cases = {}
+    for kueue in (False, True):
+        tag = "kueue" if kueue else "plain"
+        cases[f"jane-{tag}"] = {"cr": jane, "kueue": kueue, "flavors": all_flavors}
+        cases[f"ada-{tag}"] = {"cr": ada, "kueue": kueue, "flavors": all_flavors}
+        cases[f"nossh-{tag}"] = {"cr": devuser("nossh", sshPublicKeys=[], network={"sshAllowedCIDRs": []}),
+                                 "kueue": kueue, "flavors": all_flavors}
+    cases["team-queue"] = {"cr": devuser("teamed", queue={"clusterQueue": "team-vision"}), "kueue": True,
+                           "flavors": all_flavors}
+    cases["no-flavors"] = {"cr": devuser("early"), "kueue": True, "flavors": []}
+    cases["deleted-flavor"] = {"cr": devuser("late", quota={"gpus": 2}), "kueue": True, "flavors": all_flavors + [gone]}
+    cases["no-cohort"] = {"cr": devuser("alone", quota={"gpus": 1, "cpu": 8, "memory": "64Gi"}), "kueue": True,
+                          "flavors": all_flavors,
+                          "vars": {"kueue_cohort": "", "kueue_fair_sharing_weight": "500m",
+                                   "kueue_preemption": {"reclaimWithinCohort": "Never",
+                                                        "withinClusterQueue": "LowerOrNewerEqualPriority"}}}
+    cases["ipv6-small-quota"] = {"cr": devuser("v6", quota={"cpu": "50m", "memory": "100Mi", "storage": "10Gi"},
+                                               network={"sshAllowedCIDRs": ["fd00:10::/32", "10.1.0.0/16"]}),
+                                 "kueue": False, "flavors": all_flavors}
+    return cases

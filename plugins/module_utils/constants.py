@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""The names and numbers torchdev's parts agree on: the API group and version, field
+manager, label and annotation keys, ports, naming conventions and the documented condition
+reasons (docs/api.md).
+
+One source for the module_utils, the filters, the roles (the ``torchdev`` variable of the
+``common`` role: this module's ``as_dict()``, through the ``torchdev.operator.constants``
+lookup) and devctl.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# --- API ----------------------------------------------------------------------------------
+API_GROUP = "torchdev.io"
+VERSION = "v1alpha1"
+API_VERSION = API_GROUP + "/" + VERSION
+FIELD_MANAGER = "torchdev-operator"
+MANAGED_BY = "torchdev-operator"
+PART_OF = "torchdev"
+
+# --- labels ---------------------------------------------------------------------------------
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+DEVSERVER_LABEL = API_GROUP + "/devserver"
+OWNER_LABEL = API_GROUP + "/owner"
+FLAVOR_LABEL = API_GROUP + "/flavor"
+# On a DevUser's namespace (and every object its role renders): the DevUser's name.
+USER_LABEL = API_GROUP + "/user"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+
+# --- annotations ----------------------------------------------------------------------------
+# Hash of an object's desired state (plan.stamp): our intent changed when it differs.
+DESIRED_HASH_ANNOTATION = API_GROUP + "/desired-hash"
+# Hash of the pod-shaping fields of a flavor, set on DevServers to reconcile them.
+FLAVOR_HASH_ANNOTATION = API_GROUP + "/flavor-hash"
+# On the namespace dev-<name>, "devuser/<name>": the DevUser created it / adopted it.
+CREATED_BY_ANNOTATION = API_GROUP + "/created-by"
+ADOPTED_BY_ANNOTATION = API_GROUP + "/adopted-by"
+# ansible-operator's dependent-watch annotations (objects not owned by their primary).
+PRIMARY_RESOURCE_ANNOTATION = "operator-sdk/primary-resource"
+PRIMARY_RESOURCE_TYPE_ANNOTATION = "operator-sdk/primary-resource-type"
+
+# --- resources ------------------------------------------------------------------------------
+CPU, MEMORY = "cpu", "memory"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EXTENDED_RESOURCES = (GPU_RESOURCE, EFA_RESOURCE)
+
+# --- ports of a DevServer's pods --------------------------------------------------------------
+SSH_PORT = 2222
+# torch.distributed: the c10d rendezvous (MASTER_PORT), then NCCL_PORTS ports for NCCL / Gloo.
+RDZV_PORT = 29500
+NCCL_PORTS = 10
+
+# --- DevUser naming ---------------------------------------------------------------------------
+NAMESPACE_PREFIX = "dev-"
+SHARED_CLAIM_SUFFIX = "-shared-efs"
+LOCAL_QUEUE = "torchdev"
+CLUSTER_QUEUE_PREFIX = "torchdev-"
+
+# --- condition reasons (docs/api.md) -----------------------------------------------------------
+# Degraded reasons of a problem with the spec or its flavor: permanent until one of them
+# changes, so the run records them and ends successfully (no retries).
+PROBLEM_REASONS = ("FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "NamespaceNotOwned")
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_RECONCILE_ERROR = "ReconcileError"
+DEVSERVER_REASONS = {
+    "Ready": ("ServerReady", "PodsNotReady", "Queued", "Suspended", "ReconcileFailed"),
+    "Progressing": ("Provisioning", "Queued", "RollingUpdate", "Reconciled", "SpecRejected"),
+    "Degraded": ("AsExpected", "FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ReconcileError", "PodFailed"),
+}
+DEVUSER_REASONS = {
+    "Ready": ("UserReady", "ReconcileFailed"),
+    "Degraded": ("AsExpected", "InvalidSpec", "NamespaceNotOwned", "ReconcileError"),
+}
+FLAVOR_REASONS = {"Ready": ("Valid", "InvalidSpec", "ReconcileError")}
+
+
+def as_dict():
+    """Every public constant, keyed by its lower-cased name (``api_version``, ``ssh_port``):
+    the ``torchdev`` variable the roles read."""
+    return {name.lower(): value for name, value in globals().items()
+            if name.isupper() and not name.startswith("_")}

@@ -1,0 +1,270 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""DevServer status rules: the phase, Ready / Progressing / Degraded and their reasons, the
+replica statuses, a rejected spec, and how soon to look again."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+
+from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition, problem_status
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import POD_INDEX_LABEL
+from ansible_collections.torchdev.operator.plugins.module_utils.devserver import spec_warnings
+
+def _sts_counts(sts):
+    status = (sts or {}).get("status") or {}
+    meta = (sts or {}).get("metadata") or {}
+    return {
+        "ready": int(status.get("readyReplicas") or 0),
+        "current": int(status.get("replicas") or 0),
+        "updated": int(status.get("updatedReplicas") or 0),
+        "observed": int(status.get("observedGeneration") or 0),
+        "generation": int(meta.get("generation") or 0),
+        "rolling": bool(status.get("updateRevision")) and status.get("updateRevision") != status.get("currentRevision"),
+    }
+
+
+def phase(desired_replicas, sts, suspended=False, failed=False):
+    """Pending / Provisioning / Running / Suspended / Failed."""
+    if failed:
+        return "Failed"
+    if suspended:
+        return "Suspended"
+    if not sts:
+        return "Pending"
+    counts = _sts_counts(sts)
+    settled = counts["observed"] >= counts["generation"] and counts["updated"] >= desired_replicas and not counts["rolling"]
+    if desired_replicas > 0 and counts["ready"] >= desired_replicas and settled:
+        return "Running"
+    return "Provisioning"
+
+
+
+
+# status.queue (docs/api.md): from torchdev_queue_status
+QUEUE_STATUS_FIELDS = ("name", "clusterQueue", "workload", "position")
+
+
+# Container waiting reasons that will not resolve by waiting (a replica is failing).
+FAILING_WAIT_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "CreateContainerConfigError",
+                        "CreateContainerError", "InvalidImageName", "RunContainerError")
+
+
+def _pod_index(pod, name):
+    meta = (pod or {}).get("metadata") or {}
+    index = (meta.get("labels") or {}).get(POD_INDEX_LABEL)
+    if index is None:
+        pod_name = str(meta.get("name") or "")
+        index = pod_name[len(name) + 1:] if pod_name.startswith("%s-" % name) else None
+    try:
+        return int(index)
+    except (TypeError, ValueError):
+        return None
+
+
+def _pod_ready(pod):
+    for cond in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def pod_failure(pod):
+    """Why a replica's pod is failing ("CrashLoopBackOff, 3 restarts"), or None.
+
+    Failing: the pod phase is Failed, a container waits in CrashLoopBackOff (or another
+    reason waiting will not fix, see FAILING_WAIT_REASONS), or a container's current
+    state is terminated with a non-zero exit code.
+    """
+    status = (pod or {}).get("status") or {}
+    containers = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    restarts = sum(int(c.get("restartCount") or 0) for c in containers)
+    why = None
+    if status.get("phase") == "Failed":
+        why = "pod Failed" + (" (%s)" % status["reason"] if status.get("reason") else "")
+    for cs in containers:
+        if why:
+            break
+        state = cs.get("state") or {}
+        waiting, terminated = state.get("waiting") or {}, state.get("terminated") or {}
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            why = waiting["reason"]
+        elif terminated and int(terminated.get("exitCode") or 0) != 0:
+            why = "container %s exited with code %s%s" % (
+                cs.get("name"), terminated.get("exitCode"),
+                " (%s)" % terminated["reason"] if terminated.get("reason") else "")
+    if why is None:
+        return None
+    return "%s, %d restart%s" % (why, restarts, "" if restarts == 1 else "s")
+
+
+def replica_statuses(name, pods, desired_replicas):
+    """status.replicaStatuses: one entry per wanted replica 0..desired-1, from its pod
+    (index, podName, phase, ready, nodeName, restarts); a replica without a pod yet has only
+    index, podName and ready false.  Pods of other ordinals (scaling down) are ignored."""
+    by_index = {}
+    for pod in pods or []:
+        index = _pod_index(pod, name)
+        if index is not None and not ((pod.get("metadata") or {}).get("deletionTimestamp")):
+            by_index[index] = pod
+    result = []
+    for index in range(int(desired_replicas or 0)):
+        pod = by_index.get(index)
+        entry = {"index": index, "podName": "%s-%d" % (name, index), "ready": False}
+        if pod:
+            status = pod.get("status") or {}
+            entry["ready"] = _pod_ready(pod)
+            if status.get("phase"):
+                entry["phase"] = status["phase"]
+            if (pod.get("spec") or {}).get("nodeName"):
+                entry["nodeName"] = pod["spec"]["nodeName"]
+            entry["restarts"] = sum(int(c.get("restartCount") or 0)
+                                    for c in status.get("containerStatuses") or [])
+        result.append(entry)
+    return result
+
+
+def failing_replicas(name, pods, desired_replicas):
+    """"replica 2 (pod x-2): CrashLoopBackOff, 3 restarts" for each failing wanted replica."""
+    result = []
+    for pod in sorted(pods or [], key=lambda p: _pod_index(p, name) if _pod_index(p, name) is not None else -1):
+        index = _pod_index(pod, name)
+        if index is None or not 0 <= index < int(desired_replicas or 0):
+            continue
+        why = pod_failure(pod)
+        if why:
+            result.append("replica %d (pod %s): %s" % (index, (pod.get("metadata") or {}).get("name"), why))
+    return result
+
+
+def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
+                     pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None):
+    """The complete DevServer status for a successful reconcile (conditions included).
+
+    ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
+    the Degraded/PodFailed check; ``rendezvous_endpoint``: ``host:port`` of replica 0 in
+    distributed mode (None/"" removes status.rendezvousEndpoint); ``queue``: where the
+    StatefulSet stands in Kueue (``torchdev_queue_status``, None when it is not queued):
+    while its Workload is not admitted the server is Queued, and status.queue says where;
+    ``shared_claim``: the claim mounted at /shared (None/"" when none).
+    """
+    meta = (cr or {}).get("metadata") or {}
+    spec = (cr or {}).get("spec") or {}
+    old = (cr or {}).get("status") or {}
+    generation = meta.get("generation")
+    suspended = bool(spec.get("suspend", False))
+    current = phase(desired_replicas, sts, suspended=suspended)
+    queue = None if suspended else queue
+    if queue and not queue.get("admitted"):
+        current = "Queued"
+    counts = _sts_counts(sts)
+    ready_n = min(counts["ready"], desired_replicas) if sts else 0
+    status = {
+        "phase": current,
+        "observedGeneration": generation,
+        "replicas": desired_replicas,
+        "readyReplicas": ready_n,
+        "ready": "%d/%d" % (ready_n, desired_replicas),
+        "flavorSpecHash": flavor_spec_hash,
+        "sshEndpoint": None,
+        "sshCommand": None,
+        "rendezvousEndpoint": rendezvous_endpoint or None,
+        "replicaStatuses": replica_statuses(meta.get("name"), pods, desired_replicas),
+        # None values inside are removed by the status merge patch
+        "queue": {key: queue.get(key) for key in QUEUE_STATUS_FIELDS} if queue else None,
+        "warnings": spec_warnings(spec) or None,
+        "sharedVolumeClaimName": shared_claim or None,
+    }
+    if ssh_service:
+        status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))
+        status["sshCommand"] = "devctl ssh %s -n %s" % (meta.get("name"), meta.get("namespace"))
+    if current == "Running":
+        status["startTime"] = old.get("startTime") if old.get("phase") == "Running" and old.get("startTime") else now
+    if current == "Running":
+        ready = condition("Ready", "True", "ServerReady", "%d/%d replicas ready" % (ready_n, desired_replicas), generation)
+        progressing = condition("Progressing", "False", "Reconciled", "all objects are up to date", generation)
+    elif current == "Suspended":
+        ready = condition("Ready", "False", "Suspended", "spec.suspend is true; scaled to 0, volumes kept", generation)
+        progressing = condition("Progressing", "False", "Reconciled", "suspended", generation)
+    elif current == "Queued":
+        ready = condition("Ready", "False", "Queued", queue.get("message") or "queued", generation)
+        progressing = condition("Progressing", "True", "Queued", queue.get("message") or "queued", generation)
+    else:
+        ready = condition("Ready", "False", "PodsNotReady", "%d/%d replicas ready" % (ready_n, desired_replicas), generation)
+        if counts["rolling"] or (old.get("phase") == "Running" and sts):
+            progressing = condition("Progressing", "True", "RollingUpdate", "rolling out a new pod template", generation)
+        else:
+            progressing = condition("Progressing", "True", "Provisioning", "waiting for the server pods", generation)
+    failing = [] if suspended else failing_replicas(meta.get("name"), pods, desired_replicas)
+    if failing:
+        degraded = condition("Degraded", "True", "PodFailed", "; ".join(failing)[:1024], generation)
+    else:
+        degraded = condition("Degraded", "False", "AsExpected", "", generation)
+    status["conditions"] = [ready, progressing, degraded]
+    return status
+
+
+# What a rejected spec leaves of the status computed from the live objects: the fields that
+# describe the running pods. Everything derived from the spec (SSH endpoint, rendezvous, queue,
+# /shared, flavor hash, warnings) keeps the value of the last spec that was applied.
+LIVE_STATUS_FIELDS = ("phase", "replicas", "readyReplicas", "ready", "replicaStatuses", "startTime")
+
+
+def rejected_spec_status(cr, problem, sts=None, pods=None, now=None):
+    """The status when the spec or its flavor cannot be applied (``problem``: {reason, message}).
+
+    Never created (no StatefulSet): phase Failed, Ready False ``ReconcileFailed``, Degraded True
+    with the reason.  Already created: nothing running is touched, so the phase, Ready and
+    replicaStatuses stay true to the live StatefulSet and pods (as a Deployment whose new
+    template cannot roll out keeps serving); Degraded True with the reason and a message naming
+    the field, Progressing False ``SpecRejected``.
+    """
+    meta = (cr or {}).get("metadata") or {}
+    generation = meta.get("generation")
+    if not sts:
+        return problem_status(problem, generation)
+    message = str(problem.get("message") or "").strip()
+    degraded = condition("Degraded", "True", problem["reason"], message[:1024], generation)
+    replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0)
+    live_cr = dict(cr, spec=dict((cr or {}).get("spec") or {}, suspend=replicas == 0))
+    live = devserver_status(live_cr, sts, replicas, None, now=now, pods=pods)
+    status = {key: live[key] for key in LIVE_STATUS_FIELDS if key in live}
+    status["observedGeneration"] = generation
+    progressing = condition("Progressing", "False", "SpecRejected",
+                            ("generation %s is not applied, the server keeps running its last applied spec: %s"
+                             % (generation, message))[:1024], generation)
+    status["conditions"] = [live["conditions"][0], progressing, degraded]
+    return status
+
+
+def requeue_period(status, now=None, minimum=2, maximum=60):
+    """How soon to look again at a DevServer whose pods are not all ready ("" when settled).
+
+    Pod readiness changes the StatefulSet's status only, which ansible-operator's
+    dependent-resource predicate does not reliably see, and Kueue's admission changes
+    a Workload that is not the DevServer's dependent, so a starting or Queued server is polled:
+    every `minimum` seconds at first, backing off to a quarter of the time it has been
+    provisioning, at most `maximum` seconds (a server queued for capacity is not hammered).
+    """
+    status = status or {}
+    if status.get("phase") not in ("Pending", "Provisioning", "Queued"):
+        return ""
+    since = None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("lastTransitionTime"):
+            since = _parse_time(cond["lastTransitionTime"])
+    current = _parse_time(now) if now else datetime.datetime.now(datetime.timezone.utc)
+    waited = (current - since).total_seconds() if since and current else 0
+    return "%ds" % int(max(minimum, min(maximum, waited / 4)))
+
+
+def _parse_time(value):
+    if isinstance(value, datetime.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+    try:
+        return datetime.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc)
+    except ValueError:
+        raise ValueError("not an RFC 3339 UTC time: %r" % (value,))

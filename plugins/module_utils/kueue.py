@@ -1,0 +1,205 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""Pure Kueue logic of the torchdev_observe module and of the filters (plugins/filter/
+torchdev.py registers the functions below as torchdev_* filters); no cluster, no Ansible
+needed.  The filters take what torchdev_observe returns as ``kueue`` (``served``,
+``resource_flavor``, ``local_queue``, ``workload``, ``pending``, ``priority_class``).
+
+Kueue v0.19 (kueue.x-k8s.io, v1beta2 preferred) admits a StatefulSet labelled
+``kueue.x-k8s.io/queue-name`` as one pod group: its Workload (``statefulset-<name>-<hash>``)
+is owned by the StatefulSet and labelled ``kueue.x-k8s.io/job-uid: <uid>``; its pods
+carry the label ``kueue.x-k8s.io/pod-group-name: <workload>`` and stay scheduling-gated
+until the Workload is admitted.  The visibility on-demand API
+(``visibility.kueue.x-k8s.io``, v1beta2 and v1beta1) lists the pending Workloads of a
+LocalQueue with their 0-based ``positionInClusterQueue`` / ``positionInLocalQueue``."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+GROUP = "kueue.x-k8s.io"
+
+
+VERSION = "v1beta2"
+
+
+API_VERSION = GROUP + "/" + VERSION
+
+
+VISIBILITY_API_VERSION = "visibility." + GROUP + "/" + VERSION
+
+
+QUEUE_LABEL = GROUP + "/queue-name"
+
+
+PRIORITY_LABEL = GROUP + "/priority-class"
+
+
+JOB_UID_LABEL = GROUP + "/job-uid"
+
+
+POD_GROUP_LABEL = GROUP + "/pod-group-name"
+
+
+def labels_of(obj):
+    return ((obj or {}).get("metadata") or {}).get("labels") or {}
+
+
+def queue_name(obj):
+    """The LocalQueue an object is submitted to (its queue-name label), or None."""
+    return labels_of(obj).get(QUEUE_LABEL) or None
+
+
+def workload_of(workloads, owner):
+    """The Workload Kueue made for ``owner`` (a live StatefulSet) among ``workloads``, or None.
+
+    Matched by an ownerReference to the owner's uid, the job-uid label, or the pod group
+    name Kueue's webhook put into the owner's pod template.
+    """
+    meta = (owner or {}).get("metadata") or {}
+    uid = meta.get("uid")
+    template = ((((owner or {}).get("spec") or {}).get("template") or {}).get("metadata") or {})
+    group = (template.get("labels") or {}).get(POD_GROUP_LABEL)
+    for wl in workloads or []:
+        wmeta = (wl or {}).get("metadata") or {}
+        if uid and any(ref.get("uid") == uid for ref in wmeta.get("ownerReferences") or []):
+            return wl
+        if uid and (wmeta.get("labels") or {}).get(JOB_UID_LABEL) == uid:
+            return wl
+        if group and wmeta.get("name") == group:
+            return wl
+    return None
+
+
+def condition(obj, ctype):
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def admitted(workload):
+    """True when the Workload's Admitted condition is True."""
+    return (condition(workload, "Admitted") or {}).get("status") == "True"
+
+
+def pending_entry(summary, workload_name):
+    """The PendingWorkload item named ``workload_name`` in a PendingWorkloadsSummary, or None."""
+    for item in (summary or {}).get("items") or []:
+        if ((item or {}).get("metadata") or {}).get("name") == workload_name:
+            return item
+    return None
+
+
+def position(entry):
+    """1-based position in the ClusterQueue of a PendingWorkload item (0-based in the API)."""
+    if not entry or entry.get("positionInClusterQueue") is None:
+        return None
+    return int(entry["positionInClusterQueue"]) + 1
+
+
+# --------------------------------------------------------------------------- filters
+# (registered in plugins/filter/torchdev.py)
+# ResourceFlavor (v1beta2) bounds: nodeLabels maxProperties, nodeTaints / tolerations maxItems.
+RESOURCE_FLAVOR_MAX = 8
+
+
+TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+MESSAGE_LIMIT = 1024
+
+
+# --------------------------------------------------------------------------- ResourceFlavor
+def node_taints(tolerations):
+    """The taints a flavor's nodes carry, as its tolerations describe them: one taint per
+    toleration with a key and a NoSchedule/NoExecute effect (the value when the operator
+    is Equal).  They are what Kueue checks a Workload tolerates before it picks the
+    ResourceFlavor; the ResourceFlavor also carries the tolerations themselves."""
+    result = []
+    for tol in tolerations or []:
+        if not tol.get("key") or tol.get("effect") not in TAINT_EFFECTS:
+            continue
+        taint = {"key": tol["key"], "effect": tol["effect"]}
+        if tol.get("operator", "Equal") == "Equal" and tol.get("value"):
+            taint["value"] = tol["value"]
+        if taint not in result:
+            result.append(taint)
+    return result
+
+
+def resource_flavor_errors(flavor_spec):
+    """Why a DevServerFlavor cannot become a Kueue ResourceFlavor (its bounds are tighter)."""
+    spec = flavor_spec or {}
+    errors = []
+    for field, count, target in (
+            ("nodeSelector", len(spec.get("nodeSelector") or {}), "nodeLabels"),
+            ("tolerations", len(spec.get("tolerations") or []), "tolerations"),
+            ("tolerations", len(node_taints(spec.get("tolerations"))), "nodeTaints")):
+        if count > RESOURCE_FLAVOR_MAX:
+            errors.append("spec.%s: a Kueue ResourceFlavor allows at most %d %s, the flavor has %d"
+                          % (field, RESOURCE_FLAVOR_MAX, target, count))
+    return errors
+
+
+# --------------------------------------------------------------------------- DevServers
+def queue_labels(kueue, live_sts=None, local_queue="torchdev"):
+    """Labels of a DevServer's StatefulSet (only the StatefulSet: Kueue gates its pods as
+    one pod group): ``kueue.x-k8s.io/queue-name`` and, when a WorkloadPriorityClass
+    applies, ``kueue.x-k8s.io/priority-class``.
+
+    Kueue's webhook makes the queue name of a StatefulSet immutable, so it is decided
+    when the StatefulSet is created (Kueue served and the namespace has ``local_queue``)
+    and a live StatefulSet keeps the one it has (or has not).
+    """
+    kueue = kueue or {}
+    if live_sts:
+        queue = queue_name(live_sts)
+    else:
+        queue = local_queue if kueue.get("served") and kueue.get("local_queue") else None
+    if not queue:
+        return {}
+    result = {QUEUE_LABEL: str(queue)}
+    priority = (kueue.get("priority_class") or {}).get("name")
+    if priority:
+        result[PRIORITY_LABEL] = str(priority)
+    return result
+
+
+def queue_problem(kueue):
+    """{reason: InvalidSpec, message} when the WorkloadPriorityClass that applies to a
+    StatefulSet about to be queued does not exist (Kueue would never create its Workload)."""
+    priority = (kueue or {}).get("priority_class") or {}
+    if priority.get("exists") is False:
+        return {"reason": "InvalidSpec",
+                "message": "WorkloadPriorityClass %s (from %s) does not exist (kubectl get "
+                           "workloadpriorityclasses lists them)" % (priority.get("name"), priority.get("source"))}
+    return None
+
+
+def queue_status(kueue, sts, local_queue="torchdev"):
+    """Where a DevServer's StatefulSet stands in Kueue, or None when it is not queued:
+    {name, clusterQueue, workload, position, admitted, message}.  ``position`` is 1-based
+    in the ClusterQueue (visibility API), None when admitted or unknown."""
+    queue = queue_name(sts)
+    if not queue:
+        return None
+    kueue = kueue or {}
+    lq = kueue.get("local_queue") if queue == local_queue else None
+    workload = kueue.get("workload")
+    cluster_queue = ((lq or {}).get("spec") or {}).get("clusterQueue")
+    is_admitted = admitted(workload)
+    place = None if is_admitted else position(kueue.get("pending"))
+    reserved = condition(workload, "QuotaReserved") or {}
+    why = reserved.get("message") if reserved.get("status") != "True" else ""
+    where = "ClusterQueue %s" % cluster_queue if cluster_queue else "LocalQueue %s" % queue
+    message = "waiting for quota in %s%s%s" % (
+        where, " at position %d" % place if place else "", ": %s" % why if why else "")
+    return {
+        "name": queue,
+        "clusterQueue": cluster_queue,
+        "workload": ((workload or {}).get("metadata") or {}).get("name"),
+        "position": place,
+        "admitted": is_admitted,
+        "message": message[:MESSAGE_LIMIT],
+    }

@@ -1,0 +1,259 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""The reconcile plan: desired-state hashes, drift against the live objects, what to apply
+and what to prune (docs/architecture.md, "Apply in bulk")."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import DESIRED_HASH_ANNOTATION
+from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity, quantity, quantity_cmp
+
+EMPTY = (None, False, 0, "", [], {})
+
+
+# --------------------------------------------------------------------------- hashing
+# isinstance, not type(): Ansible 2.19 hands plugins tagged str/int subclasses.
+def kind_of(value):
+    """The kind of a scalar for equality: 22 != "22", True != 1."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    return type(value).__name__
+
+
+def plain(obj):
+    """A plain-JSON copy: faster than copy.deepcopy, and it sheds Ansible's tagged types."""
+    return json.loads(json.dumps(obj, default=str))
+
+
+def checksum(obj, length=16):
+    """Stable short sha256 of any JSON-serialisable object (key order independent)."""
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[: int(length)]
+
+
+# --------------------------------------------------------------------------- diffing
+def _quantity_path(path):
+    if not path:
+        return False
+    last = path[-1]
+    parent = path[-2] if len(path) > 1 else ""
+    # requests/limits: containers; hard: ResourceQuota; max/min/default/defaultRequest: LimitRange
+    return parent in ("requests", "limits", "capacity", "hard", "max", "min", "default", "defaultRequest") \
+        or last in ("sizeLimit", "storage")
+
+
+def _scalar_equal(a, b):
+    """Equal value *and* kind: 22 != "22", True != 1 (the status module's notion of kind)."""
+    return kind_of(a) == kind_of(b) and a == b
+
+
+def is_subset(desired, live, path=()):
+    """True when every field of ``desired`` is present with an equal value in ``live``."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return desired in EMPTY and live in EMPTY
+        for key, value in desired.items():
+            if key not in live or live[key] is None:
+                if value in EMPTY:
+                    continue  # the apiserver omits empty / false / zero fields
+                return False
+            if not is_subset(value, live[key], path + (key,)):
+                return False
+        return True
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return False
+        return all(is_subset(d, l, path) for d, l in zip(desired, live))
+    if _scalar_equal(desired, live):
+        return True
+    if _quantity_path(path) and is_quantity(desired) and is_quantity(live):
+        return quantity_cmp(desired, live) == 0
+    return False
+
+
+def object_key(obj):
+    meta = obj.get("metadata") or {}
+    group = (obj.get("apiVersion") or "").rpartition("/")[0]
+    return "%s/%s/%s/%s" % (group, obj.get("kind"), meta.get("namespace") or "", meta.get("name"))
+
+
+def _strip(obj):
+    clean = plain(obj)
+    clean.pop("status", None)
+    meta = clean.get("metadata") or {}
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink"):
+        meta.pop(key, None)
+    annotations = meta.get("annotations") or {}
+    annotations.pop(DESIRED_HASH_ANNOTATION, None)
+    if not annotations:
+        meta.pop("annotations", None)
+    return clean
+
+
+def stamp(objects):
+    """Annotate each desired object with the hash of its desired state."""
+    result = []
+    for obj in objects or []:
+        if not obj:
+            continue
+        obj = plain(obj)
+        digest = checksum(_strip(obj), 32)
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[DESIRED_HASH_ANNOTATION] = digest
+        result.append(obj)
+    return result
+
+
+def _index(observed):
+    """``observed``: list of live objects, or k8s_info loop results (with .resources)."""
+    index = {}
+    for item in observed or []:
+        if not item:
+            continue
+        if "resources" in item and "kind" not in item:
+            for obj in item.get("resources") or []:
+                index[object_key(obj)] = obj
+        elif isinstance(item, dict) and item.get("kind"):
+            index[object_key(item)] = item
+    return index
+
+
+def observed_objects(observed):
+    """Flatten k8s_info loop results into a list of live objects."""
+    return list(_index(observed).values())
+
+
+def drift(desired, observed):
+    """The desired objects that must be written (missing, intent changed, or drifted)."""
+    index = _index(observed)
+    result = []
+    for obj in desired or []:
+        live = index.get(object_key(obj))
+        if live is None:
+            result.append(obj)
+            continue
+        want = ((obj.get("metadata") or {}).get("annotations") or {}).get(DESIRED_HASH_ANNOTATION)
+        have = ((live.get("metadata") or {}).get("annotations") or {}).get(DESIRED_HASH_ANNOTATION)
+        if want is not None and want != have:
+            result.append(obj)
+        elif not is_subset(obj, live):
+            result.append(obj)
+    return result
+
+
+def prune(observed, desired, owner_uid):
+    """Live objects we control (ownerReference uid) that are no longer desired."""
+    wanted = {object_key(obj) for obj in desired or []}
+    result = []
+    for key, live in sorted(_index(observed).items()):
+        if key in wanted:
+            continue
+        refs = (live.get("metadata") or {}).get("ownerReferences") or []
+        if any(ref.get("uid") == owner_uid and ref.get("controller") for ref in refs):
+            meta = live["metadata"]
+            result.append({
+                "apiVersion": live.get("apiVersion"),
+                "kind": live.get("kind"),
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+            })
+    return result
+
+
+def plan(desired, observed, owner_uid, kept=None):
+    """{objects, to_apply, to_prune} of a reconcile, computed once (a role reads the parts).
+
+    ``to_apply``: drift() of ``desired`` against ``observed`` + ``kept``; ``to_prune``:
+    prune() of ``observed`` (objects in ``kept``, e.g. home PVCs that follow their own
+    retention policy, are compared but never pruned).
+    """
+    desired = list(desired or [])
+    return {
+        "objects": desired,
+        "to_apply": drift(desired, list(observed or []) + list(kept or [])),
+        "to_prune": prune(observed, desired, owner_uid),
+    }
+
+
+def find(objects, kind, name=None):
+    """First object of ``kind`` (and ``name``) in a list, or {}."""
+    for obj in objects or []:
+        if obj and obj.get("kind") == kind and (name is None or (obj.get("metadata") or {}).get("name") == name):
+            return obj
+    return {}
+
+
+# --------------------------------------------------------------------------- StatefulSets
+_IMMUTABLE_STS_FIELDS = ("selector", "serviceName", "podManagementPolicy", "volumeClaimTemplates")
+
+
+def preserve_immutable(desired, live):
+    """See _preserve_immutable; ``desired`` may be a list (only StatefulSets are touched)."""
+    if isinstance(desired, list):
+        return [_preserve_immutable(o, live) if o and o.get("kind") == "StatefulSet" else o for o in desired]
+    return _preserve_immutable(desired, live)
+
+
+def _preserve_immutable(desired, live):
+    """Keep a live StatefulSet's immutable fields in the desired one.
+
+    ``volumeClaimTemplates`` (and selector, serviceName, podManagementPolicy) cannot
+    change after creation.  A grown ``persistentHomeSize`` is applied to the existing
+    PVCs instead (``pvc_resizes``); the template keeps the size it was created with.
+    """
+    if not desired or not live:
+        return desired
+    result = plain(desired)
+    live_spec = live.get("spec") or {}
+    for field in _IMMUTABLE_STS_FIELDS:
+        if field not in live_spec:
+            continue
+        value = plain(live_spec[field])
+        if field == "volumeClaimTemplates":
+            for template in value:
+                template.pop("status", None)
+                template.pop("apiVersion", None)
+                template.pop("kind", None)
+                meta = template.get("metadata") or {}
+                meta.pop("creationTimestamp", None)
+        result["spec"][field] = value
+    return result
+
+
+def pvc_resizes(pvcs, name, size, claim="home"):
+    """Partial PVC manifests that grow ``<claim>-<name>-<i>`` claims smaller than ``size``."""
+    prefix = "%s-%s-" % (claim, name)
+    result = []
+    for pvc in observed_objects(pvcs):
+        meta = pvc.get("metadata") or {}
+        if pvc.get("kind") not in (None, "PersistentVolumeClaim") or not str(meta.get("name", "")).startswith(prefix):
+            continue
+        if not str(meta["name"])[len(prefix):].isdigit():
+            continue
+        current = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+        if current is None or quantity_cmp(size, current) > 0:
+            result.append({
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": meta["name"], "namespace": meta.get("namespace")},
+                "spec": {"resources": {"requests": {"storage": quantity(size)}}},
+            })
+    return result
+
+
+def applied_objects(register):
+    """Objects returned by a kubernetes.core.k8s task (one definition or a list)."""
+    reg = register or {}
+    if reg.get("skipped") or not reg.get("result"):
+        return []
+    result = reg["result"]
+    if isinstance(result, dict) and "results" in result and "kind" not in result:
+        return [r.get("result") for r in result["results"] if r.get("result")]
+    return [result]

@@ -1,0 +1,63 @@
+"""Helpers of the end-to-end tests (tests/e2e/conftest.py holds the fixtures)."""
+from __future__ import annotations
+
+import pathlib
+import uuid
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GROUP, VERSION = "torchdev.io", "v1alpha1"
+NODES = (ROOT / "hack" / "sample-nodes.spec").read_text().strip()
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForTorchdevEndToEndxxxxxxxxxxxxx e2e@test"
+
+
+def load(path: pathlib.Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def new_namespace(kube) -> str:
+    name = f"dev-e2e-{uuid.uuid4().hex[:6]}"
+    kube["core"].create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                   "metadata": {"name": name}})
+    return name
+
+
+def devserver(name: str, flavor: str = "cpu-small", **spec) -> dict:
+    body = {"owner": "e2e@example.com", "flavor": flavor, "sshPublicKeys": [KEY]}
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer",
+            "metadata": {"name": name}, "spec": body}
+
+
+def get_ds(kube, ns, name) -> dict:
+    return kube["custom"].get_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name)
+
+
+def condition(obj: dict, ctype: str) -> dict:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return {}
+
+
+def wait_ready(sim, kube, ns, name, timeout=90) -> dict:
+    def ready():
+        obj = get_ds(kube, ns, name)
+        ok = (condition(obj, "Ready").get("status") == "True"
+              and obj["status"].get("observedGeneration") == obj["metadata"]["generation"])
+        return obj if ok else None
+    return sim.wait_for(ready, timeout, interval=0.1, message=f"devserver {ns}/{name} Ready")
+
+
+def wait_degraded(sim, kube, ns, name, reason, timeout=60) -> dict:
+    def degraded():
+        obj = get_ds(kube, ns, name)
+        c = condition(obj, "Degraded")
+        return obj if c.get("status") == "True" and c.get("reason") == reason else None
+    return sim.wait_for(degraded, timeout, interval=0.1, message=f"{ns}/{name} Degraded/{reason}")
+
+
+def warning_events(kube, ns, name, reason) -> list:
+    events = kube["core"].list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [e for e in events if e.type == "Warning" and e.reason == reason]

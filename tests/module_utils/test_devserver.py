@@ -1,0 +1,83 @@
+"""Table-driven tests of plugins/module_utils/devserver.py."""
+
+import pytest
+
+from _flavors import GPU_FLAVOR, distributed_spec
+
+from ansible_collections.torchdev.operator.plugins.module_utils import devserver, rendezvous
+
+
+
+
+
+@pytest.mark.parametrize("spec,warnings", [
+    ({"mode": "standalone"}, []),
+    ({"mode": "distributed", "distributed": {"worldSize": 2}}, []),
+    ({"mode": "standalone", "distributed": {"worldSize": 4}}, ["spec.distributed is ignored: spec.mode is standalone"]),
+    ({"distributed": {"worldSize": 4}}, ["spec.distributed is ignored"]),
+])
+def test_spec_warnings(spec, warnings):
+    got = devserver.spec_warnings(spec)
+    assert len(got) == len(warnings) and all(g.startswith(w) for g, w in zip(got, warnings))
+    assert devserver.spec_errors(dict(spec, owner="a@b.c", flavor="x")) == []
+
+
+@pytest.mark.parametrize("raw,error", [
+    ([{"name": "A", "value": "1"}, {"name": "A", "value": "2"}], "duplicate"),
+    ([{"name": "TORCHDEV_NAME", "value": "x"}], "reserved"),
+    ([{"name": "HOME", "value": "/root"}], "reserved"),
+    ([{"value": "x"}], "need a name"),
+])
+def test_env_errors(raw, error):
+    with pytest.raises(ValueError, match=error):
+        devserver.env(raw, {"HOME": "/home/dev"})
+
+
+def test_env_order_and_value_from():
+    out = devserver.env([{"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, {"name": "C", "value": 3}],
+                {"TORCHDEV_Z": 1, "TORCHDEV_A": "a"})
+    assert out == [{"name": "TORCHDEV_A", "value": "a"}, {"name": "TORCHDEV_Z", "value": "1"},
+                   {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, {"name": "C", "value": "3"}]
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    ({"owner": "a@b.c", "flavor": "f", "persistentHomeSize": "10Mi"}, "at least 1Gi"),
+    ({"owner": "a@b.c", "flavor": "f", "mode": "distributed", "distributed": {"worldSize": 3, "nprocsPerNode": 2}},
+     "multiple"),
+    ({"owner": "a@b.c", "flavor": "f", "env": [{"name": "TORCHDEV_X", "value": "1"}]}, "reserved"),
+    ({"flavor": "f"}, "owner is required"),
+])
+def test_spec_errors(spec, fragment):
+    assert any(fragment in e for e in devserver.spec_errors(spec))
+
+
+@pytest.mark.parametrize("env,fragment", [
+    ([{"name": "MASTER_ADDR", "value": "x"}], "MASTER_ADDR is set by the operator in distributed mode"),
+    ([{"name": "NODE_RANK", "value": "0"}], "NODE_RANK is set by the operator"),
+    ([{"name": "NCCL_DEBUG", "value": "INFO"}], "NCCL_DEBUG is set by the operator in distributed mode (use spec.distributed.ncclSettings)"),
+    ([{"name": "FI_PROVIDER", "value": "tcp"}], "FI_PROVIDER"),
+    ([{"name": "TORCHDEV_BACKEND", "value": "x"}], "TORCHDEV_BACKEND is reserved"),
+])
+def test_distributed_reserved_env_is_invalid_spec(env, fragment):
+    problem = devserver.spec_problem(distributed_spec(env=env))
+    assert problem["reason"] == "InvalidSpec" and fragment in problem["message"]
+    # the same names are the user's in a standalone server (except TORCHDEV_*)
+    standalone = devserver.spec_problem({"owner": "a@b.c", "flavor": "gpu", "env": env})
+    assert (standalone is None) == (not env[0]["name"].startswith("TORCHDEV_"))
+
+
+def test_env_reserved_and_default_entries():
+    rdzv_env = rendezvous.rendezvous_env(distributed_spec(1), GPU_FLAVOR, name="x", namespace="ns")
+    out = devserver.env([{"name": "A", "value": "$(NODE_RANK)"}], {"HOME": "/h"}, rdzv_env,
+                [{"name": "PATH", "value": "/opt/torchdev/bin:/bin"}], True)
+    names = [e["name"] for e in out]
+    assert names[-1] == "A" and names[:-1] == sorted(names[:-1])
+    assert {"NODE_RANK", "MASTER_ADDR", "PATH", "HOME", "NCCL_DEBUG"} <= set(names)
+    with pytest.raises(ValueError, match="WORLD_SIZE is reserved"):
+        devserver.env([{"name": "WORLD_SIZE", "value": "9"}], {}, rdzv_env)
+    # standalone: the single-process values and PATH are defaults a user variable replaces
+    single = rendezvous.rendezvous_env({"owner": "a@b.c", "flavor": "gpu"}, GPU_FLAVOR, name="x", namespace="ns")
+    out = devserver.env([{"name": "WORLD_SIZE", "value": "2"}, {"name": "PATH", "value": "/mine"}], {"HOME": "/h"}, [],
+                single + [{"name": "PATH", "value": "/opt/torchdev/bin:/bin"}])
+    assert [e for e in out if e["name"] in ("WORLD_SIZE", "PATH")] == [
+        {"name": "WORLD_SIZE", "value": "2"}, {"name": "PATH", "value": "/mine"}]

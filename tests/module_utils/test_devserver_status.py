@@ -1,0 +1,214 @@
+"""Table-driven tests of plugins/module_utils/devserver_status.py."""
+
+import pytest
+
+from ansible_collections.torchdev.operator.plugins.module_utils import conditions, devserver_status
+
+
+def _sts(ready=0, replicas=1, gen=1, observed=1, updated=None, cur="r1", upd="r1"):
+    return {"metadata": {"generation": gen},
+            "status": {"readyReplicas": ready, "replicas": replicas, "observedGeneration": observed,
+                       "updatedReplicas": replicas if updated is None else updated,
+                       "currentRevision": cur, "updateRevision": upd}}
+
+
+def _running_sts(replicas, ready):
+    return dict(_sts(ready, replicas), spec={"replicas": replicas})
+
+
+def _cr(status=None, generation=2, **spec):
+    return {"metadata": {"name": "x", "namespace": "ns", "generation": generation}, "spec": spec,
+            "status": status or {}}
+
+
+def _progressing_since(ts, phase="Provisioning"):
+    return {"phase": phase, "conditions": [
+        {"type": "Progressing", "status": "True", "reason": "Provisioning", "lastTransitionTime": ts}]}
+
+
+def _running(restarts=0):
+    return {"state": {"running": {"startedAt": "T"}}, "ready": True, "restartCount": restarts, "name": "dev"}
+
+
+def _pod(index, phase="Running", ready=True, node="cpu-0", containers=None, name="x", deleting=False, label=True):
+    meta = {"name": "%s-%d" % (name, index), "labels": {"apps.kubernetes.io/pod-index": str(index)} if label else {}}
+    if deleting:
+        meta["deletionTimestamp"] = "T"
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "containerStatuses": containers if containers is not None else [_running()]}}
+
+
+CRASH = {"name": "dev", "ready": False, "restartCount": 3,
+         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+         "lastState": {"terminated": {"exitCode": 1}}}
+EXIT_2 = {"name": "dev", "ready": False, "restartCount": 1, "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}
+EXIT_0 = {"name": "dev", "ready": False, "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+CREATING = {"name": "dev", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}
+ENDPOINT = "x-0.x.ns.svc.cluster.local:29500"
+PROBLEM = {"reason": "InvalidSpec", "message": "spec.env: TORCHDEV_NAME is reserved for the operator"}
+
+
+@pytest.mark.parametrize("desired,sts,suspended,failed,phase", [
+    (1, None, False, False, "Pending"),
+    (1, _sts(0), False, False, "Provisioning"),
+    (1, _sts(1), False, False, "Running"),
+    (1, _sts(1, gen=2, observed=1), False, False, "Provisioning"),
+    (1, _sts(1, upd="r2"), False, False, "Provisioning"),
+    (0, _sts(0, 0), True, False, "Suspended"),
+    (1, _sts(1), False, True, "Failed"),
+])
+def test_phase(desired, sts, suspended, failed, phase):
+    assert devserver_status.phase(desired, sts, suspended, failed) == phase
+
+
+@pytest.mark.parametrize("cr,sts,replicas,phase,ready_reason,progress_reason", [
+    (_cr(), _sts(1), 1, "Running", "ServerReady", "Reconciled"),
+    (_cr(), _sts(0), 1, "Provisioning", "PodsNotReady", "Provisioning"),
+    (_cr({"phase": "Running"}), _sts(0, upd="r2"), 1, "Provisioning", "PodsNotReady", "RollingUpdate"),
+    (_cr(suspend=True), _sts(0, 0), 0, "Suspended", "Suspended", "Reconciled"),
+])
+def test_devserver_status(cr, sts, replicas, phase, ready_reason, progress_reason):
+    status = devserver_status.devserver_status(cr, sts, replicas, "h", "x-ssh", now="T")
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == phase
+    assert conds["Ready"]["reason"] == ready_reason and conds["Progressing"]["reason"] == progress_reason
+    assert conds["Degraded"] == {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": "",
+                                 "observedGeneration": 2}
+    assert status["observedGeneration"] == 2 and status["flavorSpecHash"] == "h"
+    assert status["ready"] == "%d/%d" % (status["readyReplicas"], replicas)
+    assert status["sshEndpoint"] == "x-ssh.ns.svc.cluster.local:22" and status["sshCommand"] == "devctl ssh x -n ns"
+
+
+def test_start_time_is_kept_while_running():
+    assert devserver_status.devserver_status(_cr(), _sts(1), 1, "h", now="T1")["startTime"] == "T1"
+    running = _cr({"phase": "Running", "startTime": "T0"})
+    assert devserver_status.devserver_status(running, _sts(1), 1, "h", now="T1")["startTime"] == "T0"
+    assert "startTime" not in devserver_status.devserver_status(_cr(), _sts(0), 1, "h", now="T1")
+
+
+@pytest.mark.parametrize("status,now,expected", [
+    (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T00:00:01Z", "2s"),      # just started
+    (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T00:01:00Z", "15s"),     # backing off
+    (_progressing_since("2026-01-01T00:00:00Z"), "2026-01-01T02:00:00Z", "60s"),     # capped
+    (_progressing_since("2026-01-01T00:00:00Z", "Pending"), "2026-01-01T00:00:20Z", "5s"),
+    (_progressing_since("2026-01-01T00:00:00Z", "Queued"), "2026-01-01T00:00:08Z", "2s"),  # polls for admission
+    (_progressing_since("2026-01-01T00:00:00Z", "Queued"), "2026-01-01T05:00:00Z", "60s"),
+    ({"phase": "Provisioning"}, "2026-01-01T00:00:00Z", "2s"),                         # no condition yet
+    (_progressing_since("2026-01-01T00:00:00Z", "Running"), "2026-01-01T00:00:01Z", ""),
+    ({"phase": "Suspended"}, None, ""),
+    ({}, None, ""),
+])
+def test_requeue_period(status, now, expected):
+    assert devserver_status.requeue_period(status, now) == expected
+
+
+def test_requeue_period_rejects_bad_time():
+    with pytest.raises(Exception, match="RFC 3339"):
+        devserver_status.requeue_period(_progressing_since("yesterday"), "2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("pod,expected", [
+    (_pod(0), None),
+    (_pod(0, containers=[CREATING], ready=False), None),
+    (_pod(0, phase="Pending", ready=False, node=None, containers=[]), None),
+    (_pod(0, containers=[CRASH], ready=False), "CrashLoopBackOff, 3 restarts"),
+    (_pod(0, containers=[EXIT_2], ready=False), "container dev exited with code 2 (Error), 1 restart"),
+    (_pod(0, containers=[EXIT_0], ready=False), None),
+    (_pod(0, phase="Failed", ready=False, containers=[EXIT_2]), "pod Failed, 1 restart"),
+    (dict(_pod(0, containers=[dict(CREATING, state={"waiting": {"reason": "ImagePullBackOff"}})], ready=False)),
+     "ImagePullBackOff, 0 restarts"),
+    ({}, None),
+])
+def test_pod_failure(pod, expected):
+    assert devserver_status.pod_failure(pod) == expected
+
+
+@pytest.mark.parametrize("name,pods,replicas,expected", [
+    ("no pods yet", [], 2, [{"index": 0, "podName": "x-0", "ready": False},
+                            {"index": 1, "podName": "x-1", "ready": False}]),
+    ("all running", [_pod(1, node="n1"), _pod(0, node="n0")], 2,
+     [{"index": 0, "podName": "x-0", "ready": True, "phase": "Running", "nodeName": "n0", "restarts": 0},
+      {"index": 1, "podName": "x-1", "ready": True, "phase": "Running", "nodeName": "n1", "restarts": 0}]),
+    ("pending unscheduled", [_pod(0, phase="Pending", ready=False, node=None)], 1,
+     [{"index": 0, "podName": "x-0", "ready": False, "phase": "Pending", "restarts": 0}]),
+    ("index from the name", [_pod(0, label=False)], 1,
+     [{"index": 0, "podName": "x-0", "ready": True, "phase": "Running", "nodeName": "cpu-0", "restarts": 0}]),
+    ("restarts summed over containers", [_pod(0, containers=[CRASH, EXIT_2], ready=False)], 1,
+     [{"index": 0, "podName": "x-0", "ready": False, "phase": "Running", "nodeName": "cpu-0", "restarts": 4}]),
+    ("scaling down: extra ordinal ignored", [_pod(0), _pod(1)], 1,
+     [{"index": 0, "podName": "x-0", "ready": True, "phase": "Running", "nodeName": "cpu-0", "restarts": 0}]),
+    ("suspended", [_pod(0)], 0, []),
+    ("deleting pod is not the replica", [_pod(0, deleting=True)], 1, [{"index": 0, "podName": "x-0", "ready": False}]),
+])
+def test_replica_statuses(name, pods, replicas, expected):
+    assert devserver_status.replica_statuses("x", pods, replicas) == expected, name
+
+
+@pytest.mark.parametrize("name,cr,sts,replicas,pods,endpoint,phase,degraded,message", [
+    ("ready distributed", _cr(mode="distributed"), _sts(4, 4), 4, [_pod(i) for i in range(4)], ENDPOINT,
+     "Running", "AsExpected", ""),
+    ("starting", _cr(mode="distributed"), _sts(1, 4), 4, [_pod(0)], ENDPOINT, "Provisioning", "AsExpected", ""),
+    ("crash looping replica", _cr(mode="distributed"), _sts(3, 4), 4,
+     [_pod(0), _pod(1), _pod(2, containers=[CRASH], ready=False), _pod(3)], ENDPOINT,
+     "Provisioning", "PodFailed", "replica 2 (pod x-2): CrashLoopBackOff, 3 restarts"),
+    ("two failing replicas", _cr(mode="distributed"), _sts(2, 4), 4,
+     [_pod(0), _pod(1), _pod(3, phase="Failed", ready=False, containers=[EXIT_2]),
+      _pod(2, containers=[EXIT_2], ready=False)], ENDPOINT, "Provisioning", "PodFailed",
+     "replica 2 (pod x-2): container dev exited with code 2 (Error), 1 restart; "
+     "replica 3 (pod x-3): pod Failed, 1 restart"),
+    ("standalone crash", _cr(), _sts(0, 1), 1, [_pod(0, containers=[CRASH], ready=False)], "",
+     "Provisioning", "PodFailed", "replica 0 (pod x-0): CrashLoopBackOff, 3 restarts"),
+    ("failing pod of a removed ordinal is ignored", _cr(mode="distributed"), _sts(2, 2), 2,
+     [_pod(0), _pod(1), _pod(2, containers=[CRASH], ready=False)], ENDPOINT, "Running", "AsExpected", ""),
+    ("suspended", _cr(suspend=True), _sts(0, 0), 0, [_pod(0, containers=[CRASH], ready=False)], "",
+     "Suspended", "AsExpected", ""),
+])
+def test_devserver_status_replicas_and_pod_failed(name, cr, sts, replicas, pods, endpoint, phase, degraded, message):
+    status = devserver_status.devserver_status(cr, sts, replicas, "h", None, "T", pods, endpoint)
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == phase, name
+    assert conds["Degraded"]["reason"] == degraded and conds["Degraded"]["message"] == message, name
+    assert conds["Degraded"]["status"] == ("True" if degraded == "PodFailed" else "False"), name
+    assert [r["index"] for r in status["replicaStatuses"]] == list(range(replicas)), name
+    assert status["rendezvousEndpoint"] == (endpoint or None), name
+
+
+def test_unchanged_status_needs_no_write():
+    """What the apiserver stores reads back equal: an unchanged Ready server writes nothing."""
+    pods = [_pod(i) for i in range(4)]
+    desired = devserver_status.devserver_status(_cr(mode="distributed"), _sts(4, 4), 4, "h", None, "T", pods, ENDPOINT)
+    live = dict(desired, conditions=[dict(c, lastTransitionTime="T0") for c in desired["conditions"]])
+    live = {k: v for k, v in live.items() if v is not None}
+    assert conditions.status_changes(live, desired, desired["conditions"], 2) is None
+    standalone = devserver_status.devserver_status(_cr(), _sts(1, 1), 1, "h", "x-ssh", "T", [_pod(0)], "")
+    live = {k: v for k, v in standalone.items() if v is not None}
+    live["conditions"] = [dict(c, lastTransitionTime="T0") for c in standalone["conditions"]]
+    assert conditions.status_changes(live, standalone, standalone["conditions"], 2) is None
+
+
+@pytest.mark.parametrize("sts,pods,phase,ready,ready_reason", [
+    # never created: Failed, nothing runs
+    (None, [], "Failed", "False", "ReconcileFailed"),
+    # running: the rejected change does not take the running server down
+    (_running_sts(2, 2), [_pod(0), _pod(1)], "Running", "True", "ServerReady"),
+    # still starting when the change came: as the pods say
+    (_running_sts(2, 1), [_pod(0), _pod(1, ready=False)], "Provisioning", "False", "PodsNotReady"),
+    # suspended (scaled to 0): stays Suspended
+    (_running_sts(0, 0), [], "Suspended", "False", "Suspended"),
+])
+def test_rejected_spec_status(sts, pods, phase, ready, ready_reason):
+    cr = _cr({"phase": "Running", "sshEndpoint": "x-ssh.ns.svc.cluster.local:22"}, mode="distributed",
+             distributed={"worldSize": 2})
+    status = devserver_status.rejected_spec_status(cr, PROBLEM, sts, pods, now="2026-01-01T00:00:00Z")
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == phase and status["observedGeneration"] == 2
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == (ready, ready_reason)
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"]) == ("True", "InvalidSpec")
+    assert "TORCHDEV_NAME" in conds["Degraded"]["message"]
+    if sts:
+        assert conds["Progressing"]["reason"] == "SpecRejected" and conds["Progressing"]["status"] == "False"
+        assert len(status["replicaStatuses"]) == sts["spec"]["replicas"]
+    # what came from the last applied spec is left as it is (not in the patch)
+    assert set(status) <= {"phase", "observedGeneration", "conditions", "replicas", "readyReplicas", "ready",
+                           "replicaStatuses", "startTime"}
