@@ -326,3 +326,17 @@ def test_flavor_gpu_count(spec, gpus):
     from devctl.flavor import gpu_count
 
     assert gpu_count({"metadata": {"name": "f"}, "spec": spec}) == gpus
+
+
+@pytest.mark.parametrize("value,ok", [("100Gi", True), (".5Gi", True), ("1e3", True), ("1.5Ti", True),
+                                      ("100GB", False), ("lots", False)])
+def test_quantities_are_checked_the_operators_way(tmp_path, value, ok):
+    """devctl accepts exactly the quantities the operator does (module_utils/quantity.py),
+    in every option that takes one."""
+    key = tmp_path / "k.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample a@b\n")
+    create = invoke(["create", "box", "--flavor", "f", "--owner", "a@b.c", "--ssh-key-file", str(key),
+                     "--home-size", value, "--dry-run", "-o", "json"])
+    onboard = invoke(["admin", "onboard", "ann", "--email", "a@b.c", "--cpu", value, "--dry-run=client", "-o", "json"])
+    for result in (create, onboard):
+        assert (result.exit_code == 0) is ok, result.stderr
