@@ -226,6 +226,12 @@ class Api:
                           DEVSERVERS, body, kind="devserver", name=body["metadata"]["name"],
                           namespace=namespace, resource=f"{DEVSERVERS}.{GROUP}")
 
+    def patch_devserver(self, namespace: str, name: str, patch: dict) -> dict:
+        """A JSON merge patch (None removes a key)."""
+        return self._call(self.custom.patch_namespaced_custom_object, GROUP, VERSION, namespace,
+                          DEVSERVERS, name, patch, kind="devserver", name=name, namespace=namespace,
+                          resource=f"{DEVSERVERS}.{GROUP}", _content_type="application/merge-patch+json")
+
     def delete_devserver(self, namespace: str, name: str) -> dict:
         return self._call(self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace,
                           DEVSERVERS, name, kind="devserver", name=name, namespace=namespace,

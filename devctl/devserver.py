@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_duration
 from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity
 
 from . import API_VERSION, GROUP
@@ -138,6 +139,7 @@ def build_devserver(
     replicas: int | None = None,
     nprocs_per_node: int | None = None,
     backend: str | None = None,
+    duration: str | None = None,
 ) -> dict:
     """The DevServer object ``devctl create`` submits. Unset options are left to
     the CRD defaults (image, home size, idle timeout...)."""
@@ -169,6 +171,8 @@ def build_devserver(
         lifecycle["idleTimeout"] = int(idle_timeout)
     if auto_shutdown is not None:
         lifecycle["autoShutdown"] = bool(auto_shutdown)
+    if duration:
+        lifecycle["duration"] = duration
     if lifecycle:
         spec["lifecycle"] = lifecycle
     return {
@@ -215,6 +219,8 @@ def pvc_size(pvc: dict) -> str:
               help="Idle time before auto-shutdown: seconds or 30m, 2h, 1d; 0 = never (default 1h).")
 @click.option("--auto-shutdown/--no-auto-shutdown", default=None,
               help="Suspend the server after --idle-timeout of inactivity.")
+@click.option("--duration", metavar="DURATION",
+              help="Reservation: how long the server may run from its first Ready (e.g. 4h, 1h30m); default none.")
 @click.option("--owner", metavar="EMAIL", help="Owner e-mail (default: config owner, git user.email).")
 @click.option("--distributed", is_flag=True, help="Distributed mode (a StatefulSet of --replicas nodes).")
 @click.option("--replicas", type=click.IntRange(1, 1024), help="Nodes (pods) in distributed mode.")
@@ -230,7 +236,7 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
            shared_claim: str | None, no_shared: bool, ssh_key_files: tuple[str, ...], env: tuple[str, ...],
            idle_timeout: float | None, auto_shutdown: bool | None, owner: str | None,
            distributed: bool, replicas: int | None, nprocs_per_node: int | None, backend: str | None,
-           wait_: bool, timeout: float, dry_run: bool, output: str) -> None:
+           wait_: bool, timeout: float, dry_run: bool, output: str, duration: str | None = None) -> None:
     """Create a dev server NAME of flavor --flavor.
 
     \b
@@ -252,6 +258,11 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
     if idle_timeout is not None and not 0 <= idle_timeout <= MAX_IDLE_TIMEOUT:
         raise click.BadParameter(f"must be between 0 and {MAX_IDLE_TIMEOUT} seconds (7d)",
                                  param_hint="'--idle-timeout'")
+    if duration:
+        try:
+            duration = format_duration(parse_duration(duration))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--duration'") from None
     owner = settings.owner(owner)
     if not owner:
         raise click.UsageError("no owner e-mail: pass --owner EMAIL or run 'devctl config set-owner EMAIL'")
@@ -270,7 +281,7 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         shared_claim=shared_claim, no_shared=no_shared, ssh_keys=keys, env=env_vars,
         idle_timeout=int(idle_timeout) if idle_timeout is not None else None,
         auto_shutdown=auto_shutdown, distributed=distributed, replicas=replicas,
-        nprocs_per_node=nprocs_per_node, backend=backend,
+        nprocs_per_node=nprocs_per_node, backend=backend, duration=duration,
     )
     if dry_run:
         if no_key_warning:
@@ -302,6 +313,63 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         print_object(created, output)
 
 
+# -- time left ------------------------------------------------------------------------
+
+def _left(when: str | None, now: datetime) -> int | None:
+    if not when:
+        return None
+    try:
+        return int((parse_time(when) - now).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def time_left(obj: dict, now: datetime | None = None) -> str:
+    """The TIME-LEFT column: until the reservation expires, or "idle 12m" until an idle
+    shutdown when that comes first, "ETA in 25m" while queued; "-" when nothing is due."""
+    now = now or datetime.now(timezone.utc)
+    status = obj.get("status") or {}
+    res = status.get("reservation") or {}
+    idle = status.get("idle") or {}
+    expires = None if res.get("endedAt") else _left(res.get("expiresAt"), now)
+    idle_left = _left(idle.get("deadline"), now) if idle.get("autoShutdown") else None
+    if idle_left is not None and (expires is None or idle_left < expires):
+        return "idle " + format_duration(idle_left)
+    if expires is not None:
+        return format_duration(expires)
+    if status.get("phase") == "Queued":
+        from .queue import eta_column
+
+        return "ETA " + eta_column((status.get("queue") or {}).get("estimatedStartTime"))
+    return "-"
+
+
+def lifecycle_lines(obj: dict, now: datetime | None = None) -> list[tuple[str, str]]:
+    """``devctl get``'s reservation and idle lines, with the countdowns."""
+    now = now or datetime.now(timezone.utc)
+    status = obj.get("status") or {}
+    res = status.get("reservation") or {}
+    idle = status.get("idle") or {}
+    lines = []
+    if res.get("endedAt"):
+        lines.append(("Reservation", f"ended {res['endedAt']} ({res.get('endReason', '')}), "
+                                     f"started {res.get('startedAt', '?')}"))
+    elif res.get("expiresAt"):
+        left = _left(res["expiresAt"], now)
+        extended = int(res.get("extensions") or 0)
+        lines.append(("Reservation", f"{res.get('duration', '')} from {res.get('startedAt', '?')}, expires at "
+                                     f"{res['expiresAt']} (in {format_duration(left or 0)})"
+                                     + (f", extended {extended}x" if extended else "")))
+    elif res.get("startedAt"):
+        lines.append(("Reservation", f"started {res['startedAt']}, no time limit"))
+    if idle.get("since"):
+        left = _left(idle.get("deadline"), now)
+        what = "stops" if idle.get("autoShutdown") else "idle timeout ends"
+        lines.append(("Idle", f"since {idle['since']}; {what} at {idle.get('deadline')} "
+                              f"(in {format_duration(left or 0)})"))
+    return lines
+
+
 # -- list -----------------------------------------------------------------------------
 
 @click.command("list")
@@ -317,14 +385,14 @@ def list_(settings: Settings, all_namespaces: bool, output: str) -> None:
     if output != "table":
         print_object(as_list(items), output)
         return
-    headers = ["NAME", "FLAVOR", "MODE", "PHASE", "READY", "AGE"]
+    headers = ["NAME", "FLAVOR", "MODE", "PHASE", "READY", "TIME-LEFT", "AGE"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     rows = []
     for obj in items:
         spec = obj.get("spec") or {}
         row = [obj["metadata"]["name"], spec.get("flavor", ""), spec.get("mode") or "standalone",
-               phase_of(obj), ready_column(obj), age(obj["metadata"].get("creationTimestamp"))]
+               phase_of(obj), ready_column(obj), time_left(obj), age(obj["metadata"].get("creationTimestamp"))]
         if all_namespaces:
             row.insert(0, obj["metadata"].get("namespace", ""))
         rows.append(row)
@@ -425,13 +493,16 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
         lines.append(("Shared", "none (mountSharedVolume false)"))
     lc = spec.get("lifecycle") or {}
     if lc:
-        lines.append(("Lifecycle", f"idleTimeout {lc.get('idleTimeout', 3600)}s, "
-                                   f"autoShutdown {str(lc.get('autoShutdown', False)).lower()}"))
+        lines.append(("Lifecycle", (f"duration {lc['duration']}, " if lc.get("duration") else "")
+                      + f"idleTimeout {lc.get('idleTimeout', 3600)}s, "
+                        f"autoShutdown {str(lc.get('autoShutdown', False)).lower()}"
+                      + (f", keepAliveUntil {lc['keepAliveUntil']}" if lc.get("keepAliveUntil") else "")))
     if spec.get("suspend"):
         lines.append(("Suspend", "true"))
     lines.append(("Created", f"{meta.get('creationTimestamp', '')} ({age(meta.get('creationTimestamp'))} ago)"))
     lines.append(("Phase", phase_of(obj)))
     lines.append(("Replicas", f"{ready_column(obj)} ready"))
+    lines += lifecycle_lines(obj)
     if spec.get("enableSSH", True) is False:
         lines.append(("SSH", "disabled"))
     else:

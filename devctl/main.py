@@ -17,6 +17,7 @@ from .config import Settings, config_group
 from .devserver import create, delete, get, list_
 from .errors import one_line
 from .flavor import flavors
+from .lifecycle import cancel, extend, keepalive, reserve, start, stop
 from .output import dump_json, output_option
 from .monitor import monitor
 from .queue import queue
@@ -95,8 +96,8 @@ def version(output: str) -> None:
         click.echo(f"devctl {__version__} ({API_VERSION}, python {info['python']})")
 
 
-for _command in (create, list_, get, delete, ssh, run, monitor, flavors, queue, quota, whoami,
-                 config_group, admin):
+for _command in (create, list_, get, delete, stop, start, cancel, extend, keepalive, reserve, ssh, run, monitor,
+                 flavors, queue, quota, whoami, config_group, admin):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

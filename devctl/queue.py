@@ -31,6 +31,7 @@ def queued_entry(obj: dict, gpus_per_pod: dict[str, int]) -> dict[str, Any]:
     return {
         "name": meta["name"], "namespace": meta.get("namespace"),
         "position": queue.get("position"), "localQueue": queue.get("name"),
+        "estimatedStartTime": queue.get("estimatedStartTime"),
         "clusterQueue": queue.get("clusterQueue"), "workload": queue.get("workload"),
         "flavor": spec.get("flavor"), "replicas": replicas,
         "gpus": per_pod * replicas if per_pod is not None else None,
@@ -38,6 +39,18 @@ def queued_entry(obj: dict, gpus_per_pod: dict[str, int]) -> dict[str, Any]:
         "creationTimestamp": meta.get("creationTimestamp"),
         "message": (condition(obj, "Ready") or {}).get("message") or "",
     }
+
+
+def eta_column(when: str | None) -> str:
+    """"in 25m (10:40:00Z)", "now", or "unknown" (a holder has no reservation end)."""
+    if not when:
+        return "unknown"
+    from datetime import datetime, timezone
+
+    from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_time
+
+    left = (parse_time(when) - datetime.now(timezone.utc)).total_seconds()
+    return "now" if left <= 0 else f"in {format_duration(left)}"
 
 
 def _order(entry: dict) -> tuple:
@@ -67,12 +80,13 @@ def queue(settings: Settings, all_namespaces: bool, output: str) -> None:
         return
     if not entries:
         return
-    headers = ["NAME", "POSITION", "CLUSTERQUEUE", "FLAVOR", "GPUS", "AGE", "MESSAGE"]
+    headers = ["NAME", "POSITION", "ETA", "CLUSTERQUEUE", "FLAVOR", "GPUS", "AGE", "MESSAGE"]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
     rows = []
     for e in entries:
-        row = [e["name"], e["position"] if e["position"] is not None else "-", e["clusterQueue"] or "-",
+        row = [e["name"], e["position"] if e["position"] is not None else "-", eta_column(e["estimatedStartTime"]),
+               e["clusterQueue"] or "-",
                e["flavor"], e["gpus"] if e["gpus"] is not None else "?",
                age(e["creationTimestamp"]), truncate(e["message"], 60)]
         if all_namespaces:

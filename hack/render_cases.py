@@ -2,7 +2,7 @@
 rendered for. hack/render_manifests.py renders them (for `make checkov`), tests/test_render.py,
 tests/devuser/test_devuser_render.py and tests/security validate what comes out.
 
-    devserver_cases()  every sample DevServer x every sample flavor, plus suspended, no-SSH,
+    devserver_cases()  every sample DevServer x every sample flavor, plus suspended, a reservation, no-SSH,
                        env/shared/Secret keys, a growing home, Kueue and the DevUser's share
     devuser_cases()    the sample DevUsers and edge cases, with and without Kueue
 """
@@ -63,6 +63,8 @@ def devserver_cases() -> dict[str, dict]:
     gpu = flavor_samples["torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"]
     cpu = flavor_samples["torchdev_v1alpha1_devserverflavor_cpu-small.yaml"]
     cases["suspended"] = {"cr": _devserver(standalone, "sleepy", suspend=True), "flavor": gpu}
+    cases["reservation"] = {"cr": _devserver(standalone, "booked", lifecycle={
+        "duration": "4h", "idleTimeout": 1800, "autoShutdown": True}), "flavor": gpu}
     cases["no_ssh"] = {"cr": _devserver(standalone, "quiet", enableSSH=False, homeRetentionPolicy="Delete"), "flavor": cpu}
     cases["env_shared_keys"] = {
         "cr": _devserver(standalone, "full", sharedVolumeClaimName="team-efs",

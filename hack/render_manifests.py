@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import yaml
 
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status
 from hack.render_cases import devserver_cases as devserver_matrix, devuser_cases as devuser_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def _meta(obj: dict[str, Any]) -> dict[str, str]:
 def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
     """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?, devuser?}):
     only the raw object and spec, as ansible-operator passes them (the role must not depend
-    on the snake_cased copies), and what observe.yml would have found."""
+    on the snake_cased copies), what observe.yml would have found and lifecycle.yml decided."""
     cr = case["cr"]
     return {
         "ansible_operator_meta": _meta(cr),
@@ -56,6 +57,8 @@ def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
         "devserver_observed_pvcs": case.get("pvcs", []),
         "devserver_kueue": case.get("kueue"),
         "devserver_devuser": case.get("devuser"),
+        # What lifecycle.yml would have decided for a server that just became ready.
+        "devserver_lifecycle": lifecycle_status(cr, True, "2026-01-01T00:00:00Z"),
     }
 
 

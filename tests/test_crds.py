@@ -261,8 +261,8 @@ def test_devserver_status_fields():
               "sshEndpoint", "sshCommand", "startTime", "lastReconcileTime", "replicaStatuses",
               "rendezvousEndpoint", "flavorSpecHash", "queue"):
         assert f in status, f
-    assert status["phase"]["enum"] == ["Pending", "Queued", "Provisioning", "Running", "Suspended", "Failed"]
-    assert set(status["queue"]["properties"]) == {"name", "clusterQueue", "workload", "position"}
+    assert status["phase"]["enum"] == ["Pending", "Queued", "Provisioning", "Running", "Suspended", "Stopped", "Expired", "Failed"]
+    assert set(status["queue"]["properties"]) == {"name", "clusterQueue", "workload", "position", "estimatedStartTime"}
     assert status["queue"]["properties"]["position"]["minimum"] == 1
     rs = status["replicaStatuses"]
     assert rs["x-kubernetes-list-type"] == "map" and rs["x-kubernetes-list-map-keys"] == ["index"]

@@ -74,6 +74,7 @@ class ReconcileError(Exception):
 class Result:
     requeue: bool = False
     requeue_after: float = 0.0
+    from_role: bool = False  # requeue_after asked by the role (a deadline), not the reconcile period
 
 
 @dataclass
@@ -88,6 +89,9 @@ class ReconcileRecord:
     ran: bool = False
     run_seconds: float = 0.0  # time spent in ansible-runner (the rest is API calls / queueing)
     finalizer_run: bool = False
+    # Why it ran: change (the object), dependent (an owned object), deadline (the role's
+    # requeue_after), resync (the reconcile period), retry (after a failure), manual.
+    causes: list[str] = field(default_factory=list)
     ansible: dict[str, int] = field(default_factory=dict)
     failed_tasks: list[tuple[str, str]] = field(default_factory=list)
 
@@ -239,6 +243,10 @@ class Controller:
                       "finalizer_runs": 0, "in_flight": 0}
         self.history: list[ReconcileRecord] = []
         self.history_limit = 1000
+        # Causes of the reconciles (ReconcileRecord.causes), counted per cause.
+        self.causes: dict[str, int] = {}
+        self._pending_causes: dict[tuple[str, str], set[str]] = {}
+        self._delayed_causes: dict[tuple[str, str], tuple[float, str]] = {}
 
     # -- setup --------------------------------------------------------------------------
     def start(self) -> None:
@@ -265,10 +273,32 @@ class Controller:
         return not any(t.is_alive() for t in self._workers)
 
     # -- event handlers -----------------------------------------------------------------
+    def add(self, key: tuple[str, str], cause: str) -> None:
+        """Queue a reconcile of ``key`` now, recording why."""
+        with self._stats_lock:
+            self._pending_causes.setdefault(key, set()).add(cause)
+        self.queue.add(key)
+
+    def _add_after(self, key: tuple[str, str], delay: float, cause: str) -> None:
+        with self._stats_lock:
+            self._delayed_causes[key] = (time.monotonic() + delay, cause)
+        self.queue.add_after(key, delay)
+
+    def _take_causes(self, key: tuple[str, str]) -> list[str]:
+        with self._stats_lock:
+            causes = self._pending_causes.pop(key, set())
+            delayed = self._delayed_causes.get(key)
+            if delayed and time.monotonic() >= delayed[0] - 0.05:
+                causes.add(delayed[1])
+                del self._delayed_causes[key]
+            for cause in causes:
+                self.causes[cause] = self.causes.get(cause, 0) + 1
+            return sorted(causes)
+
     def _on_primary_event(self, etype: str, old, new) -> None:
         if primary_event_passes(self.watch, etype, old, new):
             md = _md(new if new is not None else old)
-            self.queue.add((md.get("namespace") or "", md.get("name")))
+            self.add((md.get("namespace") or "", md.get("name")), "change")
 
     def _make_dependent_handler(self, dep: GVK):
         def handler(etype: str, old, new) -> None:
@@ -288,7 +318,7 @@ class Controller:
                     log.info("%s %s/%s %s -> reconcile %s %s/%s", dep.kind,
                              md.get("namespace") or "", md.get("name"), etype.lower(),
                              self.gvk.kind, r[0], r[1])
-                self.queue.add(r)
+                self.add(r, "dependent")
         return handler
 
     def add_dependent_watch(self, dep: GVK, modes: set[str]) -> None:
@@ -360,6 +390,7 @@ class Controller:
 
     def _process(self, key: tuple[str, str]) -> None:
         rec = ReconcileRecord(self.gvk.kind, key[0], key[1], time.time())
+        rec.causes = self._take_causes(key) or ["unknown"]
         with self._stats_lock:
             self.stats["started"] += 1
             self.stats["in_flight"] += 1
@@ -381,13 +412,17 @@ class Controller:
                 del self.history[: len(self.history) - self.history_limit]
         # controller-runtime reconcileHandler
         if err is not None:
+            with self._stats_lock:
+                self._pending_causes.setdefault(key, set()).add("retry")
             delay = self.queue.add_rate_limited(key)
             log.error("%s %s: reconcile failed: %s; retry in %s (attempt %d)", self.gvk.kind,
                       _keystr(key), err, format_duration(delay), self.queue.num_requeues(key))
         elif res.requeue_after > 0:
             self.queue.forget(key)
-            self.queue.add_after(key, res.requeue_after)
+            self._add_after(key, res.requeue_after, "deadline" if res.from_role else "resync")
         elif res.requeue:
+            with self._stats_lock:
+                self._pending_causes.setdefault(key, set()).add("retry")
             self.queue.add_rate_limited(key)
         else:
             self.queue.forget(key)
@@ -504,6 +539,7 @@ class Controller:
             raise ReconcileError(f"Unable to parse time input: {run.requeue_after_error}")
         if run.requeue_after is not None:
             result.requeue_after = run.requeue_after
+            result.from_role = True
             log.info("%s %s: set the reconciliation to occur after %s", self.gvk.kind, kname,
                      format_duration(run.requeue_after))
             return result

@@ -78,6 +78,14 @@ def default_ansible_config(watches_file: str | None) -> str | None:
     return None
 
 
+# Dependents watched from the start.  ansible-operator's proxy learns a dependent kind from
+# every request a role makes through it (GETs included); this runtime learns from the task
+# results, which no_log hides (the DevServer role's reads and writes carry SSH keys).  The
+# DevServer's ConfigMaps carry state changes that must reconcile it at once: the lifecycle
+# agents' activity record (<name>-activity).
+DEFAULT_DEPENDENT_WATCHES: dict[str, list[str]] = {"DevServer.torchdev.io": ["v1/ConfigMap"]}
+
+
 class Runtime:
     """Local stand-in for the ansible-operator binary.
 
@@ -94,7 +102,8 @@ class Runtime:
         reconcile_period: requeue period after a successful run when the watch has no
             reconcilePeriod (ansible-operator's --reconcile-period, default 10h).
         dependent_watches: {"Kind.group" or "group/version/Kind": ["apps/v1/StatefulSet",...]}
-            dependent kinds watched from the start (in addition to the learned ones).
+            dependent kinds watched from the start (in addition to the learned ones);
+            default DEFAULT_DEPENDENT_WATCHES (for the watched kinds).
         verbose: log every task and the ansible output of failed runs.
         gather_facts: gather facts like ansible-operator does (off: faster).
         keep_artifacts: keep ansible-runner's private data dirs (in ``work_dir``).
@@ -150,6 +159,9 @@ class Runtime:
         self.use_forkserver = forkserver
         self._forkservers: list[ForkServer] = []
         self._static_deps: dict[GVK, list[GVK]] = {}
+        if dependent_watches is None:
+            watched = {w.gvk.group_kind for w in self.watches}
+            dependent_watches = {k: v for k, v in DEFAULT_DEPENDENT_WATCHES.items() if k in watched}
         for owner, deps in (dependent_watches or {}).items():
             og = self._resolve_owner(owner)
             self._static_deps.setdefault(og, []).extend(_parse_gvk_ref(d) for d in deps)
@@ -322,11 +334,14 @@ class Runtime:
 
     def counters(self, kind: str | None = None) -> dict[str, Any]:
         """Per kind: started / succeeded / failed reconciles, ansible runs, finalizer runs,
-        in_flight; plus queued / waiting (delayed requeues). With ``kind``, that kind only."""
+        in_flight, the reconciles by cause (``causes``: change, dependent, deadline, resync,
+        retry, manual; a reconcile with several counts for each); plus queued / waiting
+        (delayed requeues). With ``kind``, that kind only."""
         out = {}
         for g, c in self.controllers.items():
             with c._stats_lock:
                 d = dict(c.stats)
+                d["causes"] = dict(c.causes)
             d["queued"] = len(c.queue)
             d["waiting"] = c.queue.waiting()
             out[g.kind] = d
@@ -334,7 +349,7 @@ class Runtime:
 
     def enqueue(self, kind: str, namespace: str, name: str) -> None:
         """Queue a reconcile of one object now, as a watch event would (tests, tooling)."""
-        self._controller(kind).queue.add((namespace or "", name))
+        self._controller(kind).add((namespace or "", name), "manual")
 
     def reconciling(self, kind: str, namespace: str, name: str) -> bool:
         """True while a reconcile of this object is queued or running (delayed requeues,

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0
 """DevServer filters: labels, env, the rendezvous, the spec's problems, the StatefulSet's
-immutable fields and home volumes, Kueue, and the status. Each maps to a function in
+immutable fields and home volumes, Kueue, the lifecycle, and the status. Each maps to a function in
 plugins/module_utils/ (documented in the YAML file of the filter's name beside this one)."""
 
 from __future__ import absolute_import, division, print_function
@@ -9,7 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.torchdev.operator.plugins.module_utils import (
-    devserver, devserver_status, kueue, labels, plan, rendezvous)
+    devserver, devserver_status, kueue, labels, lifecycle, plan, rendezvous)
 from ansible_collections.torchdev.operator.plugins.plugin_utils.filters import filter_map
 
 
@@ -30,7 +30,11 @@ class FilterModule(object):
             "queue_labels": kueue.queue_labels,
             "queue_problem": kueue.queue_problem,
             "queue_status": kueue.queue_status,
+            "queue_eta": kueue.queue_eta,
             "devserver_status": devserver_status.devserver_status,
             "rejected_spec_status": devserver_status.rejected_spec_status,
             "requeue_period": devserver_status.requeue_period,
+            "devserver_lifecycle": devserver_status.devserver_lifecycle,
+            "reservation_problem": lifecycle.reservation_problem,
+            "stop_patch": lifecycle.stop_patch,
         })

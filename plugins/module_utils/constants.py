@@ -43,6 +43,12 @@ FLAVOR_HASH_ANNOTATION = API_GROUP + "/flavor-hash"
 CREATED_BY_ANNOTATION = API_GROUP + "/created-by"
 ADOPTED_BY_ANNOTATION = API_GROUP + "/adopted-by"
 # ansible-operator's dependent-watch annotations (objects not owned by their primary).
+# On a stopped DevServer (spec.suspend true): who stopped it (user, idle, expired, cancelled)
+# and when; devctl stop / cancel set them, the operator sets idle and expired.
+STOPPED_BY_ANNOTATION = API_GROUP + "/stopped-by"
+STOPPED_AT_ANNOTATION = API_GROUP + "/stopped-at"
+# status.reservation.endReason by the stopped-by annotation.
+STOP_REASONS = {"user": "Stopped", "idle": "Idle", "expired": "Expired", "cancelled": "Cancelled"}
 PRIMARY_RESOURCE_ANNOTATION = "operator-sdk/primary-resource"
 PRIMARY_RESOURCE_TYPE_ANNOTATION = "operator-sdk/primary-resource-type"
 
@@ -71,9 +77,11 @@ PROBLEM_REASONS = ("FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "Namespa
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_RECONCILE_ERROR = "ReconcileError"
 DEVSERVER_REASONS = {
-    "Ready": ("ServerReady", "PodsNotReady", "Queued", "Suspended", "ReconcileFailed"),
+    "Ready": ("ServerReady", "PodsNotReady", "Queued", "Suspended", "UserStopped", "IdleTimeout", "Expired",
+              "Cancelled", "ReconcileFailed"),
     "Progressing": ("Provisioning", "Queued", "RollingUpdate", "Reconciled", "SpecRejected"),
     "Degraded": ("AsExpected", "FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ReconcileError", "PodFailed"),
+    "Expiring": ("NoDeadline", "ReservationExpiring", "IdleShutdownPending", "IdleTimeout"),
 }
 DEVUSER_REASONS = {
     "Ready": ("UserReady", "ReconcileFailed"),

@@ -12,6 +12,7 @@ import datetime
 from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition, problem_status
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import POD_INDEX_LABEL
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver import spec_warnings
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status, reservation_problem, stopped_phase
 
 def _sts_counts(sts):
     status = (sts or {}).get("status") or {}
@@ -27,7 +28,8 @@ def _sts_counts(sts):
 
 
 def phase(desired_replicas, sts, suspended=False, failed=False):
-    """Pending / Provisioning / Running / Suspended / Failed."""
+    """Pending / Provisioning / Running / Suspended / Failed (a suspended server's phase is
+    refined by lifecycle.stopped_phase: Stopped or Expired)."""
     if failed:
         return "Failed"
     if suspended:
@@ -44,7 +46,7 @@ def phase(desired_replicas, sts, suspended=False, failed=False):
 
 
 # status.queue (docs/api.md): from torchdev_queue_status
-QUEUE_STATUS_FIELDS = ("name", "clusterQueue", "workload", "position")
+QUEUE_STATUS_FIELDS = ("name", "clusterQueue", "workload", "position", "estimatedStartTime")
 
 
 # Container waiting reasons that will not resolve by waiting (a replica is failing).
@@ -139,8 +141,24 @@ def failing_replicas(name, pods, desired_replicas):
     return result
 
 
+def devserver_lifecycle(cr, sts, desired_replicas, now, activity=None, pods=None, settings=None, devuser=None):
+    """lifecycle.lifecycle_status for this server: it runs when the live StatefulSet has every
+    wanted replica ready (the reservation starts at the first such reconcile).  A duration
+    over the caps (reservation_problem: the spec is rejected) leaves the reservation as it
+    was applied: its expiry still holds."""
+    spec = (cr or {}).get("spec") or {}
+    running = not spec.get("suspend") and phase(int(desired_replicas or 0), sts) == "Running"
+    if reservation_problem(spec, settings, devuser):
+        applied = (((cr or {}).get("status") or {}).get("reservation") or {}).get("duration")
+        lifecycle = dict(spec.get("lifecycle") or {}, duration=applied)
+        if not applied:
+            lifecycle.pop("duration")
+        cr = dict(cr, spec=dict(spec, lifecycle=lifecycle))
+    return lifecycle_status(cr, running, now, activity=activity, pods=pods, settings=settings)
+
+
 def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
-                     pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None):
+                     pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None, lifecycle=None):
     """The complete DevServer status for a successful reconcile (conditions included).
 
     ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
@@ -148,7 +166,8 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     distributed mode (None/"" removes status.rendezvousEndpoint); ``queue``: where the
     StatefulSet stands in Kueue (``torchdev_queue_status``, None when it is not queued):
     while its Workload is not admitted the server is Queued, and status.queue says where;
-    ``shared_claim``: the claim mounted at /shared (None/"" when none).
+    ``shared_claim``: the claim mounted at /shared (None/"" when none); ``lifecycle``: the
+    result of devserver_lifecycle (status.reservation, status.idle, the Expiring condition).
     """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
@@ -156,6 +175,9 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     generation = meta.get("generation")
     suspended = bool(spec.get("suspend", False))
     current = phase(desired_replicas, sts, suspended=suspended)
+    stopped = stopped_phase(cr) if suspended else None
+    if stopped:
+        current = stopped[0]
     queue = None if suspended else queue
     if queue and not queue.get("admitted"):
         current = "Queued"
@@ -185,9 +207,9 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     if current == "Running":
         ready = condition("Ready", "True", "ServerReady", "%d/%d replicas ready" % (ready_n, desired_replicas), generation)
         progressing = condition("Progressing", "False", "Reconciled", "all objects are up to date", generation)
-    elif current == "Suspended":
-        ready = condition("Ready", "False", "Suspended", "spec.suspend is true; scaled to 0, volumes kept", generation)
-        progressing = condition("Progressing", "False", "Reconciled", "suspended", generation)
+    elif stopped:
+        ready = condition("Ready", "False", stopped[1], stopped[2], generation)
+        progressing = condition("Progressing", "False", "Reconciled", current.lower(), generation)
     elif current == "Queued":
         ready = condition("Ready", "False", "Queued", queue.get("message") or "queued", generation)
         progressing = condition("Progressing", "True", "Queued", queue.get("message") or "queued", generation)
@@ -203,6 +225,10 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     else:
         degraded = condition("Degraded", "False", "AsExpected", "", generation)
     status["conditions"] = [ready, progressing, degraded]
+    if lifecycle:
+        status["reservation"] = lifecycle.get("reservation")
+        status["idle"] = lifecycle.get("idle")
+        status["conditions"].append(lifecycle["condition"])
     return status
 
 
@@ -239,25 +265,40 @@ def rejected_spec_status(cr, problem, sts=None, pods=None, now=None):
     return status
 
 
-def requeue_period(status, now=None, minimum=2, maximum=60):
-    """How soon to look again at a DevServer whose pods are not all ready ("" when settled).
+def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previous=None):
+    """How soon to look again at a DevServer ("" when nothing is due).
+
+    ``deadline``: the lifecycle's next deadline or warning ("120s", lifecycle_status's
+    ``requeue``): a per-object requeue at that time, the only way an expiry, a warning or
+    an idle shutdown happens (no polling).
 
     Pod readiness changes the StatefulSet's status only, which ansible-operator's
     dependent-resource predicate does not reliably see, and Kueue's admission changes
-    a Workload that is not the DevServer's dependent, so a starting or Queued server is polled:
-    every `minimum` seconds at first, backing off to a quarter of the time it has been
-    provisioning, at most `maximum` seconds (a server queued for capacity is not hammered).
+    a Workload that is not the DevServer's dependent, so a starting or Queued server is also
+    looked at again: every `minimum` seconds at first, backing off to a quarter of the time it
+    has been provisioning, at most `maximum` seconds (a server queued for capacity is not
+    hammered).  The sooner of the two wins.  ``previous``: the status as it was (a computed
+    condition has no lastTransitionTime yet; the previous one's counts while it holds).
     """
     status = status or {}
-    if status.get("phase") not in ("Pending", "Provisioning", "Queued"):
-        return ""
-    since = None
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Progressing" and cond.get("lastTransitionTime"):
-            since = _parse_time(cond["lastTransitionTime"])
-    current = _parse_time(now) if now else datetime.datetime.now(datetime.timezone.utc)
-    waited = (current - since).total_seconds() if since and current else 0
-    return "%ds" % int(max(minimum, min(maximum, waited / 4)))
+    periods = []
+    if deadline:
+        periods.append(int(str(deadline).rstrip("s")))
+    if status.get("phase") in ("Pending", "Provisioning", "Queued"):
+        since = None
+        before = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
+        for cond in status.get("conditions") or []:
+            if cond.get("type") != "Progressing":
+                continue
+            old = before.get("Progressing") or {}
+            stamp = cond.get("lastTransitionTime") or (
+                old.get("lastTransitionTime") if old.get("status") == cond.get("status") else None)
+            if stamp:
+                since = _parse_time(stamp)
+        current = _parse_time(now) if now else datetime.datetime.now(datetime.timezone.utc)
+        waited = (current - since).total_seconds() if since and current else 0
+        periods.append(int(max(minimum, min(maximum, waited / 4))))
+    return "%ds" % min(periods) if periods else ""
 
 
 def _parse_time(value):

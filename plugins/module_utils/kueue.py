@@ -177,10 +177,11 @@ def queue_problem(kueue):
     return None
 
 
-def queue_status(kueue, sts, local_queue="torchdev"):
+def queue_status(kueue, sts, local_queue="torchdev", eta=None):
     """Where a DevServer's StatefulSet stands in Kueue, or None when it is not queued:
-    {name, clusterQueue, workload, position, admitted, message}.  ``position`` is 1-based
-    in the ClusterQueue (visibility API), None when admitted or unknown."""
+    {name, clusterQueue, workload, position, estimatedStartTime, admitted, message}.
+    ``position`` is 1-based in the ClusterQueue (visibility API), None when admitted or
+    unknown; ``eta``: queue_eta's result while pending (estimatedStartTime None = unknown)."""
     queue = queue_name(sts)
     if not queue:
         return None
@@ -193,13 +194,106 @@ def queue_status(kueue, sts, local_queue="torchdev"):
     reserved = condition(workload, "QuotaReserved") or {}
     why = reserved.get("message") if reserved.get("status") != "True" else ""
     where = "ClusterQueue %s" % cluster_queue if cluster_queue else "LocalQueue %s" % queue
-    message = "waiting for quota in %s%s%s" % (
-        where, " at position %d" % place if place else "", ": %s" % why if why else "")
+    eta = None if is_admitted else eta
+    message = "waiting for quota in %s%s%s%s" % (
+        where, " at position %d" % place if place else "",
+        "; ETA %s (%s)" % (eta.get("estimatedStartTime") or "unknown", eta.get("reason")) if eta else "",
+        ": %s" % why if why else "")
     return {
         "name": queue,
         "clusterQueue": cluster_queue,
         "workload": ((workload or {}).get("metadata") or {}).get("name"),
         "position": place,
+        "estimatedStartTime": (eta or {}).get("estimatedStartTime"),
         "admitted": is_admitted,
         "message": message[:MESSAGE_LIMIT],
     }
+
+
+def _nominal(cluster_queue, flavor, resource):
+    """The nominal quota of ``resource`` in ResourceFlavor ``flavor`` of a ClusterQueue."""
+    from ansible_collections.torchdev.operator.plugins.module_utils.quantity import parse_quantity
+
+    total = 0.0
+    for group in ((cluster_queue or {}).get("spec") or {}).get("resourceGroups") or []:
+        for fl in group.get("flavors") or []:
+            if fl.get("name") != flavor:
+                continue
+            for res in fl.get("resources") or []:
+                if res.get("name") == resource:
+                    total += float(parse_quantity(res.get("nominalQuota") or 0))
+    return total
+
+
+def queue_eta(kueue, cr, flavor_spec, replicas, now):
+    """When a queued DevServer should start: ``{estimatedStartTime, reason}``.
+
+    From the ETA inputs of k8s_observe (every ClusterQueue and DevServer): the quota of the
+    server's flavor in its ClusterQueue and the ClusterQueues of its cohort (GPUs, or CPU for
+    a flavor without GPUs), the DevServers of the same flavor that hold it (admitted, not
+    stopped) and those queued ahead of it in its ClusterQueue (they start first).  Holders are
+    freed in the order their reservations expire; the server starts once enough is free for
+    everyone ahead and itself (its gang: replicas x per-replica amount).  ``estimatedStartTime``
+    is None ("unknown") when a holder that must end first has no expiry, or nothing fits even
+    then; ``reason`` says why.  None when there are no inputs (not queued).
+    """
+    from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
+    from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import _seconds, _time
+    from ansible_collections.torchdev.operator.plugins.module_utils.quantity import parse_quantity
+
+    eta = (kueue or {}).get("eta")
+    status = (cr or {}).get("status") or {}
+    mine = (status.get("queue") or {})
+    lq = (kueue or {}).get("local_queue") or {}
+    cq_name = ((lq.get("spec") or {}).get("clusterQueue")) or mine.get("clusterQueue")
+    if not eta or not cq_name:
+        return None
+    spec = (cr or {}).get("spec") or {}
+    flavor = spec.get("flavor")
+    gpus = flavor_gpu_count(flavor_spec or {})
+    if gpus:
+        resource, per_replica = "nvidia.com/gpu", float(gpus)
+    else:
+        requests = ((flavor_spec or {}).get("resources") or {}).get("requests") or {}
+        resource, per_replica = "cpu", float(parse_quantity(requests.get("cpu") or 0))
+    queues = {q["metadata"]["name"]: q for q in eta.get("cluster_queues") or []}
+    cohort = ((queues.get(cq_name) or {}).get("spec") or {}).get("cohortName")
+    members = {name for name, q in queues.items()
+               if name == cq_name or (cohort and (q.get("spec") or {}).get("cohortName") == cohort)}
+    capacity = sum(_nominal(queues[name], flavor, resource) for name in members if name in queues)
+    me = (cr.get("metadata") or {})
+    my_position = (((kueue or {}).get("pending") or {}).get("positionInClusterQueue"))
+    need = per_replica * int(replicas or 1)
+    used, holders = 0.0, []
+    for ds in eta.get("devservers") or []:
+        meta, dspec, dstatus = ds.get("metadata") or {}, ds.get("spec") or {}, ds.get("status") or {}
+        if (meta.get("namespace"), meta.get("name")) == (me.get("namespace"), me.get("name")):
+            continue
+        if dspec.get("flavor") != flavor or ((dstatus.get("queue") or {}).get("clusterQueue")) not in members:
+            continue
+        amount = per_replica * int(dstatus.get("replicas") or 0)
+        phase = dstatus.get("phase")
+        if phase in ("Running", "Provisioning") and amount:
+            used += amount
+            res = dstatus.get("reservation") or {}
+            expires = res.get("expiresAt") if not res.get("endedAt") else None
+            holders.append((_seconds(expires) if expires else None, amount))
+        elif phase == "Queued" and (dstatus.get("queue") or {}).get("clusterQueue") == cq_name:
+            position = (dstatus.get("queue") or {}).get("position")
+            if position is not None and my_position is not None and position <= my_position:
+                need += per_replica * int(dstatus.get("replicas") or 1)
+    now_s = _seconds(now)
+    free = capacity - used
+    if free >= need:
+        return {"estimatedStartTime": _time(now_s), "reason": "quota is free now"}
+    for expires, amount in sorted(holders, key=lambda h: (h[0] is None, h[0] or 0)):
+        if expires is None:
+            return {"estimatedStartTime": None,
+                    "reason": "unknown: a server holding the quota has no reservation end"}
+        free += amount
+        if free >= need:
+            return {"estimatedStartTime": _time(max(now_s, expires)),
+                    "reason": "when the reservations holding %s in ClusterQueue %s%s end"
+                              % (resource, cq_name, " and its cohort %s" % cohort if cohort else "")}
+    return {"estimatedStartTime": None, "reason": "unknown: the quota of %s is too small even when every holder ends"
+            % resource}

@@ -88,6 +88,13 @@ options:
         description: API version of the DevUser resource (plural C(devusers)).
         type: str
         default: torchdev.io/v1alpha1
+      eta:
+        description:
+          - While the owner's Workload waits for admission, also read what its queue ETA is
+            computed from (RV(kueue.eta)), every ClusterQueue and every DevServer of the
+            cluster (two LISTs; nothing while admitted).
+        type: bool
+        default: false
 """
 
 EXAMPLES = r"""
@@ -137,7 +144,8 @@ kueue:
     - C(served) (bool), C(resource_flavor), C(local_queue), C(workload) (objects or
       C(null)), C(pending) (the Workload's PendingWorkload item from the visibility API,
       with the 0-based C(positionInClusterQueue), or C(null)) and C(priority_class)
-      (C({name, source, exists}) or C(null); C(exists) is C(null) when not checked).
+      (C({name, source, exists}) or C(null); C(exists) is C(null) when not checked); with
+      O(kueue.eta) while pending, C(eta) with the lists C(cluster_queues) and C(devservers), else C(null).
   returned: when O(kueue) is given
   type: dict
 """
@@ -232,7 +240,7 @@ class Reader(object):
 def observe_kueue(reader, options, namespace, objects):
     """The RV(kueue) result: see DOCUMENTATION."""
     result = dict(served=False, resource_flavor=None, local_queue=None, workload=None, pending=None,
-                  priority_class=None)
+                  priority_class=None, eta=None)
     if reader.query({"api_version": KUEUE_API_VERSION, "discovery": True}, namespace) is None:
         return result
     result["served"] = True
@@ -255,6 +263,11 @@ def observe_kueue(reader, options, namespace, objects):
             except RequestError:  # the visibility API is off, not allowed or unavailable: no position
                 summary = None
             result["pending"] = pending_entry(summary, result["workload"]["metadata"]["name"])
+            if options.get("eta"):
+                result["eta"] = {
+                    "cluster_queues": (reader.get("/apis/%s/clusterqueues" % KUEUE_API_VERSION) or {}).get("items") or [],
+                    "devservers": (reader.get("/apis/%s/devservers" % options["user_api_version"]) or {}).get("items") or [],
+                }
     # A priority class matters for a StatefulSet that is (or, created now, will be) queued.
     if (queue if owner else result["local_queue"]):
         result["priority_class"] = priority_class(reader, options, namespace, check=owner is None)
@@ -322,6 +335,7 @@ def main():
                 priority_class=dict(type="str"),
                 user_label=dict(type="str"),
                 user_api_version=dict(type="str", default=API_VERSION),
+                eta=dict(type="bool", default=False),
             )),
             **AUTH_ARG_SPEC
         ),

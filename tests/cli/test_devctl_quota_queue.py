@@ -112,10 +112,10 @@ def test_queue_table(devctl, queued):
     result = devctl("queue")
     assert result.exit_code == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "POSITION", "CLUSTERQUEUE", "FLAVOR", "GPUS", "AGE", "MESSAGE"]
-    assert [r.split()[:5] for r in rows] == [["first", "1", "torchdev-alice", "gpu-h100-8", "16"],
-                                             ["second", "2", "torchdev-alice", "gpu-a10g-1", "1"],
-                                             ["unknown", "-", "torchdev-alice", "gpu-a10g-1", "1"]]
+    assert header.split() == ["NAME", "POSITION", "ETA", "CLUSTERQUEUE", "FLAVOR", "GPUS", "AGE", "MESSAGE"]
+    assert [r.split()[:6] for r in rows] == [["first", "1", "unknown", "torchdev-alice", "gpu-h100-8", "16"],
+                                             ["second", "2", "unknown", "torchdev-alice", "gpu-a10g-1", "1"],
+                                             ["unknown", "-", "unknown", "torchdev-alice", "gpu-a10g-1", "1"]]
 
 
 @pytest.mark.parametrize("fmt", ["json", "table"])

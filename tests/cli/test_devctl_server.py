@@ -193,7 +193,7 @@ def test_list_json_and_table(devctl, cluster, ns):
     result = devctl("list")
     assert result.exit_code == 0
     lines = result.stdout.strip().splitlines()
-    assert lines[0].split() == ["NAME", "FLAVOR", "MODE", "PHASE", "READY", "AGE"]
+    assert lines[0].split() == ["NAME", "FLAVOR", "MODE", "PHASE", "READY", "TIME-LEFT", "AGE"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["alpha"][1:5] == ["gpu-a10g-1", "standalone", "Running", "1/1"]
     assert rows["beta"][1:5] == ["cpu-small", "distributed", "Pending", "0/2"]

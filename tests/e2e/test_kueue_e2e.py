@@ -212,3 +212,30 @@ def test_namespace_without_local_queue_is_not_queued(sim, kube, runtime, ns):
     sts = kube["apps"].read_namespaced_stateful_set("free", ns)
     assert QUEUE_LABEL not in (sts.metadata.labels or {})
     assert not [w for w in kube["custom"].list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]]
+
+
+def test_queued_server_shows_an_eta_from_the_reservations_and_starts_near_it(sim, kube, runtime, ns, priority_classes):
+    """Issue 12.6: the ETA of a queued server is when enough of the quota it waits for is freed
+    by the expiring reservations that hold it; here the first one ends on time (its expiry)."""
+    from datetime import datetime, timezone
+
+    def ts(value):
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+    queue_for(kube, ns, gpus=4)
+    sim.wait_for(lambda: resource_flavor(kube, FLAVOR), 60, message="ResourceFlavor gpu-h100-2")
+    create(kube, ns, "short", lifecycle={"duration": "50s"})
+    create(kube, ns, "long", lifecycle={"duration": "1h"})
+    short = wait_ready(sim, kube, ns, "short")
+    wait_ready(sim, kube, ns, "long")
+    create(kube, ns, "waiting")
+    obj = sim.wait_for(lambda: (lambda o: o if ((o.get("status") or {}).get("queue") or {}).get("estimatedStartTime")
+                                else None)(get_ds(kube, ns, "waiting")), 90, interval=0.2, message="an ETA")
+    eta = ts(obj["status"]["queue"]["estimatedStartTime"])
+    assert eta == ts(short["status"]["reservation"]["expiresAt"])
+    assert "ETA " + obj["status"]["queue"]["estimatedStartTime"] in condition(obj, "Ready")["message"]
+
+    obj = wait_ready(sim, kube, ns, "waiting", timeout=180)
+    started = ts(obj["status"]["reservation"]["startedAt"])
+    assert abs((started - eta).total_seconds()) <= 60, (started, eta)
+    assert get_ds(kube, ns, "short")["status"]["phase"] == "Expired"

@@ -135,19 +135,19 @@ WHY = "couldn't assign flavors to pod set main: insufficient unused quota for nv
     ("pending with a position", dict(SERVED, workload=workload(reserved_message=WHY), pending=pending(in_cq=0)),
      sts("torchdev"),
      {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": 1,
-      "admitted": False,
+      "estimatedStartTime": None, "admitted": False,
       "message": "waiting for quota in ClusterQueue torchdev-jane at position 1: " + WHY}),
     ("no Workload yet", SERVED, sts("torchdev"),
-     {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": None, "position": None, "admitted": False,
+     {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": None, "position": None, "estimatedStartTime": None, "admitted": False,
       "message": "waiting for quota in ClusterQueue torchdev-jane"}),
     ("no visibility API: no position", dict(SERVED, workload=workload()), sts("torchdev"),
      {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": None,
-      "admitted": False, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
+      "estimatedStartTime": None, "admitted": False, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
     ("admitted", dict(SERVED, workload=workload(admitted=True)), sts("torchdev"),
      {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": None,
-      "admitted": True, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
+      "estimatedStartTime": None, "admitted": True, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
     ("LocalQueue gone", {"served": True, "local_queue": None}, sts("torchdev"),
-     {"name": "torchdev", "clusterQueue": None, "workload": None, "position": None, "admitted": False,
+     {"name": "torchdev", "clusterQueue": None, "workload": None, "position": None, "estimatedStartTime": None, "admitted": False,
       "message": "waiting for quota in LocalQueue torchdev"}),
 ])
 def test_queue_status(name, kueue, live, expected):
@@ -165,7 +165,8 @@ def test_queued_devserver_status():
     conds = {c["type"]: c for c in status["conditions"]}
     assert status["phase"] == "Queued"
     assert status["queue"] == {"name": "torchdev", "clusterQueue": "torchdev-jane",
-                               "workload": "statefulset-x-abcde", "position": 2}
+                               "workload": "statefulset-x-abcde", "position": 2,
+                                      "estimatedStartTime": None}
     assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "Queued"
     assert "ClusterQueue torchdev-jane at position 2" in conds["Ready"]["message"]
     assert conds["Progressing"]["status"] == "True" and conds["Progressing"]["reason"] == "Queued"
@@ -176,10 +177,10 @@ def test_queued_devserver_status():
 @pytest.mark.parametrize("name,cr,live,queue_input,phase,queue", [
     ("admitted and ready", _cr(), sts("torchdev", ready=1), dict(SERVED, workload=workload(admitted=True)),
      "Running", {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde",
-                 "position": None}),
+                 "position": None, "estimatedStartTime": None}),
     ("admitted, pods starting", _cr(), sts("torchdev"), dict(SERVED, workload=workload(admitted=True)),
      "Provisioning", {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde",
-                      "position": None}),
+                      "position": None, "estimatedStartTime": None}),
     ("suspended: no queue", _cr(suspend=True), sts("torchdev"), dict(SERVED, workload=workload()),
      "Suspended", None),
     ("without Kueue", _cr(), sts(None, ready=1), {"served": False}, "Running", None),

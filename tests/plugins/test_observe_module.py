@@ -76,7 +76,7 @@ def test_kueue_absent_costs_one_discovery_request(kubesim, tmp_path):
     result = run_module(kubesim, {"ANSIBLE_MODULE_ARGS": {"namespace": "default", "queries": _sts_query("x"),
                                                           "kueue": KUEUE_OPTIONS}}, tmp_path)
     assert result["kueue"] == {"served": False, "resource_flavor": None, "local_queue": None, "workload": None,
-                               "pending": None, "priority_class": None}
+                               "pending": None, "priority_class": None, "eta": None}
     paths = [r["path"] for r in kubesim.requests()]
     assert paths == ["/apis/apps/v1/namespaces/default/statefulsets/x", "/apis/kueue.x-k8s.io/v1beta2"]
 

@@ -31,7 +31,8 @@ Three parts:
   to the apiserver); update of the primary when a finalizer is configured, of its status
   with manageStatus; update of ``<owner>/finalizers`` for children whose ownerReference
   blocks owner deletion (OwnerReferencesPermissionEnforcement); ``bind`` on the role a
-  rendered (Cluster)RoleBinding grants; leases and events for leader election.
+  rendered (Cluster)RoleBinding grants, or, when the role renders that (Cluster)Role too,
+  every permission of it (the escalation check); leases and events for leader election.
 """
 from __future__ import annotations
 
@@ -541,8 +542,22 @@ def operator_needs(reg: Registry, scans: dict[str, RoleScan], rendered: dict[str
             if obj.get("kind") in ("RoleBinding", "ClusterRoleBinding"):
                 ref = obj["roleRef"]
                 res = "clusterroles" if ref["kind"] == "ClusterRole" else "roles"
-                need(Access("rbac.authorization.k8s.io", res, "bind", ref["name"]),
-                     "%s: renders a %s granting %s %s" % (role, obj["kind"], ref["kind"], ref["name"]))
+                bound_role = next((o for o in objects if o.get("kind") == ref["kind"]
+                                   and o["metadata"]["name"] == ref["name"]), None)
+                if bound_role is None:
+                    need(Access("rbac.authorization.k8s.io", res, "bind", ref["name"]),
+                         "%s: renders a %s granting %s %s" % (role, obj["kind"], ref["kind"], ref["name"]))
+                    continue
+                # A (Cluster)Role the role renders itself: RBAC's escalation check lets whoever
+                # holds every permission of it bind it (no `bind` needed).
+                for rule in bound_role.get("rules") or []:
+                    for group in rule.get("apiGroups") or [""]:
+                        for resource in rule.get("resources") or []:
+                            for verb in rule.get("verbs") or []:
+                                for name in rule.get("resourceNames") or [""]:
+                                    need(Access(group, resource, verb, name),
+                                         "%s: renders a %s granting its own %s %s (escalation check)"
+                                         % (role, obj["kind"], ref["kind"], ref["name"]))
     return needs
 
 

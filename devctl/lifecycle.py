@@ -1,0 +1,233 @@
+"""``devctl stop | start | cancel | extend | keepalive | reserve``: a DevServer's lifecycle.
+
+Stopping is a merge patch of the DevServer: ``spec.suspend`` plus the annotations
+``torchdev.io/stopped-by`` / ``stopped-at`` that say why (the operator stops expired and idle
+servers the same way); starting removes them.  The reservation is
+``spec.lifecycle.duration``; the operator keeps ``status.reservation`` (docs/api.md
+"Lifecycle").
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timedelta, timezone
+
+import click
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
+    STOPPED_AT_ANNOTATION, STOPPED_BY_ANNOTATION)
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_duration
+
+from .config import Settings
+from .context import kube_options, pass_settings
+from .errors import DevctlError
+from .output import DURATION, info, output_option, print_object
+from . import wait as waiting
+
+MAX_KEEPALIVE_HOURS = 24
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hours_to_duration(hours: float) -> str:
+    seconds = int(round(hours * 3600))
+    if seconds <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--hours'")
+    return format_duration(seconds)
+
+
+def stop_patch(by: str) -> dict:
+    return {"metadata": {"annotations": {STOPPED_BY_ANNOTATION: by, STOPPED_AT_ANNOTATION: _now()}},
+            "spec": {"suspend": True}}
+
+
+START_PATCH = {"metadata": {"annotations": {STOPPED_BY_ANNOTATION: None, STOPPED_AT_ANNOTATION: None}},
+               "spec": {"suspend": False}}
+
+
+def wait_applied(api, namespace: str, name: str, generation: int, timeout: float) -> dict:
+    """Poll until the operator has reconciled ``generation`` (status.observedGeneration)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = api.get_devserver(namespace, name)
+        if int((obj.get("status") or {}).get("observedGeneration") or 0) >= generation:
+            return obj
+        if time.monotonic() >= deadline:
+            raise DevctlError(f"timed out after {int(timeout)}s waiting for the operator to apply the change "
+                              f"to devserver/{name} (is the operator running?)")
+        time.sleep(waiting.POLL_INTERVAL)
+
+
+def rejected(obj: dict, field: str) -> str | None:
+    """The Degraded message when the operator rejected a spec naming ``field``."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Degraded" and cond.get("status") == "True" and field in (cond.get("message") or ""):
+            return cond.get("message")
+    return None
+
+
+def _result(obj: dict, output: str, text: str) -> None:
+    if output == "table":
+        click.echo(text)
+    else:
+        info(text)
+        print_object(obj, output)
+
+
+@click.command("stop")
+@click.argument("name")
+@output_option()
+@kube_options()
+@pass_settings
+def stop(settings: Settings, name: str, output: str) -> None:
+    """Stop dev server NAME: scale to zero, keep its home; ends its reservation. 'devctl start' resumes it."""
+    api = settings.api
+    namespace = settings.namespace()
+    obj = api.patch_devserver(namespace, name, stop_patch("user"))
+    _result(obj, output, f"devserver/{name} stopped (home kept; 'devctl start {name}' resumes it)")
+
+
+@click.command("start")
+@click.argument("name")
+@click.option("--wait", "wait_", is_flag=True, help="Wait until the server is Ready (shows the queue position).")
+@click.option("--timeout", type=DURATION, default="30m", show_default=True, help="How long --wait waits.")
+@output_option()
+@kube_options()
+@pass_settings
+def start(settings: Settings, name: str, wait_: bool, timeout: float, output: str) -> None:
+    """Start a stopped, expired or cancelled dev server NAME: it queues again (with Kueue) and a new
+    reservation of spec.lifecycle.duration starts when it is Ready."""
+    api = settings.api
+    namespace = settings.namespace()
+    obj = api.patch_devserver(namespace, name, START_PATCH)
+    text = f"devserver/{name} started"
+    if wait_:
+        info(text)
+        obj = waiting.wait_ready(lambda: api.get_devserver(namespace, name), f"devserver/{name}", timeout)
+        text = f"devserver/{name} is Ready; connect with: {(obj.get('status') or {}).get('sshCommand') or f'devctl ssh {name}'}"
+    _result(obj, output, text)
+
+
+@click.command("cancel")
+@click.argument("name")
+@output_option()
+@kube_options()
+@pass_settings
+def cancel(settings: Settings, name: str, output: str) -> None:
+    """End the reservation of NAME now (recorded as cancelled): the server stops, its home and the
+    DevServer are kept, unlike 'devctl delete'."""
+    api = settings.api
+    namespace = settings.namespace()
+    obj = api.patch_devserver(namespace, name, stop_patch("cancelled"))
+    _result(obj, output, f"devserver/{name}: reservation cancelled (stopped, home kept)")
+
+
+@click.command("extend")
+@click.argument("name")
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="Hours to add to the reservation.")
+@click.option("--timeout", type=DURATION, default="60s", show_default=True,
+              help="How long to wait for the operator to accept the new duration.")
+@output_option()
+@kube_options()
+@pass_settings
+def extend(settings: Settings, name: str, hours: float, timeout: float, output: str) -> None:
+    """Add --hours to the reservation of NAME (spec.lifecycle.duration), within the cluster's and your
+    DevUser's maximum; the new expiry is printed once the operator has applied it."""
+    api = settings.api
+    namespace = settings.namespace()
+    obj = api.get_devserver(namespace, name)
+    lifecycle = (obj.get("spec") or {}).get("lifecycle") or {}
+    if not lifecycle.get("duration"):
+        raise DevctlError(f"devserver/{name} has no reservation (spec.lifecycle.duration); "
+                          f"it runs without a time limit")
+    old = lifecycle["duration"]
+    new = format_duration(parse_duration(old) + int(round(hours * 3600)))
+    patched = api.patch_devserver(namespace, name, {"spec": {"lifecycle": {"duration": new}}})
+    applied = wait_applied(api, namespace, name, int(patched["metadata"].get("generation") or 0), timeout)
+    why = rejected(applied, "spec.lifecycle.duration")
+    if why:
+        api.patch_devserver(namespace, name, {"spec": {"lifecycle": {"duration": old}}})
+        raise DevctlError(f"cannot extend devserver/{name} to {new}: {why} (kept {old})")
+    expires = ((applied.get("status") or {}).get("reservation") or {}).get("expiresAt")
+    _result(applied, output, f"devserver/{name}: reservation {old} -> {new}"
+                             + (f"; expires at {expires}" if expires else " (starts when the server is Ready)"))
+
+
+@click.command("keepalive")
+@click.argument("name")
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True, max=MAX_KEEPALIVE_HOURS), required=True,
+              help=f"Postpone an idle shutdown by this many hours (at most {MAX_KEEPALIVE_HOURS}).")
+@output_option()
+@kube_options()
+@pass_settings
+def keepalive(settings: Settings, name: str, hours: float, output: str) -> None:
+    """Keep NAME running while idle for --hours (spec.lifecycle.keepAliveUntil); the reservation's
+    expiry still holds."""
+    api = settings.api
+    namespace = settings.namespace()
+    until = (datetime.now(timezone.utc) + timedelta(hours=hours)).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj = api.patch_devserver(namespace, name, {"spec": {"lifecycle": {"keepAliveUntil": until}}})
+    _result(obj, output, f"devserver/{name}: no idle shutdown before {until}")
+
+
+def pick_flavor(flavors: list[dict], gpus: int, replicas: int) -> dict:
+    """The cheapest flavor whose GPUs per pod x replicas is ``gpus`` (price unknown: last)."""
+    from .flavor import gpu_count
+
+    if gpus % replicas:
+        raise click.BadParameter(f"{gpus} GPUs do not split evenly over {replicas} replicas", param_hint="'--gpus'")
+    per_pod = gpus // replicas
+    fits = [f for f in flavors if gpu_count(f) == per_pod]
+    if not fits:
+        offered = sorted({gpu_count(f) for f in flavors})
+        raise DevctlError(f"no flavor has {per_pod} GPU(s) per pod (flavors offer {offered}; see 'devctl flavors')")
+
+    def price(f: dict) -> float:
+        try:
+            return float((f.get("spec") or {}).get("pricePerHour"))
+        except (TypeError, ValueError):
+            return float("inf")
+    return sorted(fits, key=lambda f: (price(f), f["metadata"]["name"]))[0]
+
+
+@click.command("reserve")
+@click.option("--gpus", type=click.IntRange(0, 1024), required=True, help="GPUs in all.")
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True, help="Reservation length.")
+@click.option("--flavor", help="DevServerFlavor (default: the cheapest that fits --gpus).")
+@click.option("--distributed", is_flag=True, help="Distributed mode over --replicas pods.")
+@click.option("--replicas", type=click.IntRange(1, 1024), help="Pods in distributed mode.")
+@click.option("--name", help="Server name (default: gpu<N>-<random>).")
+@click.option("--owner", metavar="EMAIL", help="Owner e-mail (default: config owner, git user.email).")
+@click.option("--wait", "wait_", is_flag=True, help="Wait until Ready: queue position and ETA, then the SSH command.")
+@click.option("--timeout", type=DURATION, default="2h", show_default=True, help="How long --wait waits.")
+@output_option()
+@kube_options()
+@click.pass_context
+def reserve(ctx: click.Context, gpus: int, hours: float, flavor: str | None, distributed: bool, replicas: int | None,
+            name: str | None, owner: str | None, wait_: bool, timeout: float, output: str) -> None:
+    """Reserve GPUs for --hours: a dev server with that reservation (spec.lifecycle.duration).
+
+    \b
+    Examples:
+      devctl reserve --gpus 1 --hours 4 --wait
+      devctl reserve --gpus 16 --hours 8 --distributed --replicas 2
+    """
+    from .devserver import create
+
+    settings = ctx.ensure_object(Settings)
+    if replicas and not distributed:
+        raise click.UsageError("--replicas needs --distributed")
+    replicas = replicas or 1
+    duration = hours_to_duration(hours)
+    if not flavor:
+        chosen = pick_flavor(settings.api.list_flavors(), gpus, replicas)
+        flavor = chosen["metadata"]["name"]
+        info(f"flavor {flavor} (the cheapest with {gpus // replicas} GPU(s) per pod)")
+    name = name or f"gpu{gpus}-{secrets.token_hex(3)}"
+    nprocs = max(1, gpus // replicas) if distributed else None
+    ctx.invoke(create, name=name, flavor=flavor, image=None, home_size=None, shared_claim=None, no_shared=False,
+               ssh_key_files=(), env=(), idle_timeout=None, auto_shutdown=None, owner=owner,
+               distributed=distributed, replicas=replicas if distributed else None, nprocs_per_node=nprocs,
+               backend=None, wait_=wait_, timeout=timeout, dry_run=False, output=output, duration=duration)

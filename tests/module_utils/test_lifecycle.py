@@ -1,0 +1,263 @@
+"""plugins/module_utils/lifecycle.py: reservations, idleness, warnings, stops, deadlines."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.torchdev.operator.plugins.module_utils import lifecycle
+from ansible_collections.torchdev.operator.plugins.module_utils.devserver_status import (
+    devserver_lifecycle, devserver_status, requeue_period)
+
+T0 = "2026-11-24T10:00:00Z"
+
+
+def at(seconds: int) -> str:
+    return lifecycle._time(lifecycle._seconds(T0) + seconds)
+
+
+def server(status=None, annotations=None, **lc):
+    spec = {"owner": "a@b.c", "flavor": "f", "lifecycle": lc}
+    return {"metadata": {"name": "s", "namespace": "n", "generation": 3, "annotations": annotations or {}},
+            "spec": spec, "status": status or {}}
+
+
+POD = {"metadata": {"name": "s-0", "creationTimestamp": at(0)}, "status": {"startTime": at(0)}}
+
+
+def activity(state, since):
+    return {"data": {"s-0": json.dumps({"state": state, "since": since})}}
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("4h", 14400), ("1h30m", 5400), ("90s", 90), ("2m", 120), (3600, 3600), ("1h0m5s", 3605)])
+def test_parse_duration(text, seconds):
+    assert lifecycle.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "4", "h", "1d", "-1h", "4 h", None, True])
+def test_parse_duration_rejects(bad):
+    with pytest.raises(ValueError):
+        lifecycle.parse_duration(bad)
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0s"), (5400, "1h30m"), (90, "1m30s"), (-5, "0s"), (86400, "24h")])
+def test_format_duration(seconds, text):
+    assert lifecycle.format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("duration, settings, devuser, fragment", [
+    ("4h", None, None, None),
+    ("25h", None, None, "exceeds the cluster maximum of 24h"),
+    ("3h", {"max_reservation": "2h"}, None, "exceeds the cluster maximum of 2h"),
+    ("9h", None, {"metadata": {"name": "jane"}, "spec": {"quota": {"maxReservation": "8h"}}},
+     "the maximum of DevUser jane (spec.quota.maxReservation) of 8h"),
+    ("8h", None, {"metadata": {"name": "jane"}, "spec": {"quota": {"maxReservation": "8h"}}}, None),
+    ("30h", {"max_reservation": ""}, None, None),
+])
+def test_reservation_problem(duration, settings, devuser, fragment):
+    problem = lifecycle.reservation_problem({"lifecycle": {"duration": duration}}, settings, devuser)
+    if fragment is None:
+        assert problem is None
+    else:
+        assert problem["reason"] == "InvalidSpec" and fragment in problem["message"]
+        assert "spec.lifecycle.duration" in problem["message"]
+
+
+def test_reservation_starts_at_first_ready_and_requeues_at_first_warning():
+    out = lifecycle.lifecycle_status(server(duration="4h"), True, T0)
+    res = out["reservation"]
+    assert res["startedAt"] == T0 and res["expiresAt"] == at(4 * 3600) and res["extensions"] == 0
+    assert out["requeue"] == "%ds" % (4 * 3600 - 1800)
+    assert out["stop"] is None and out["events"] == []
+    assert out["config"]["expiresAt"] == res["expiresAt"]
+
+
+def test_not_running_yet_starts_nothing():
+    out = lifecycle.lifecycle_status(server(duration="4h"), False, T0)
+    assert out["reservation"] is None and out["requeue"] == ""
+
+
+@pytest.mark.parametrize("elapsed, due, sent_before, requeue", [
+    (4 * 3600 - 1800, [1800], [], "900s"),          # first warning
+    (4 * 3600 - 900, [900], [1800], "600s"),         # second
+    (4 * 3600 - 300, [300], [1800, 900], "300s"),    # third; then the expiry itself
+    (4 * 3600 - 200, [1800, 900, 300], [], "200s"),  # late: one Event for all that are due
+])
+def test_warnings_in_order_once_each(elapsed, due, sent_before, requeue):
+    status = {"reservation": {"startedAt": T0, "expiresAt": at(4 * 3600), "duration": "4h",
+                              "extensions": 0, "warningsSent": sent_before}}
+    out = lifecycle.lifecycle_status(server(status, duration="4h"), True, at(elapsed))
+    assert out["reservation"]["warningsSent"] == sorted(set(sent_before) | set(due), reverse=True)
+    assert [e["reason"] for e in out["events"]] == ["ReservationExpiring"]
+    assert out["condition"]["status"] == "True" and out["condition"]["reason"] == "ReservationExpiring"
+    assert out["requeue"] == requeue
+    again = lifecycle.lifecycle_status(server({"reservation": out["reservation"]}, duration="4h"), True, at(elapsed))
+    assert again["events"] == []  # recorded: not announced twice
+
+
+def test_expiry_stops():
+    status = {"reservation": {"startedAt": T0, "expiresAt": at(3600), "duration": "1h", "warningsSent": [1800, 900, 300]}}
+    out = lifecycle.lifecycle_status(server(status, duration="1h"), True, at(3600))
+    assert out["stop"]["reason"] == "Expired" and out["requeue"] == ""
+    assert lifecycle.stop_patch("Expired", at(3600)) == {
+        "metadata": {"annotations": {"torchdev.io/stopped-by": "expired", "torchdev.io/stopped-at": at(3600)}},
+        "spec": {"suspend": True}}
+
+
+def test_extension_moves_expiry_and_resets_warnings():
+    status = {"reservation": {"startedAt": T0, "expiresAt": at(3600), "duration": "1h", "extensions": 0,
+                              "warningsSent": [1800]}}
+    out = lifecycle.lifecycle_status(server(status, duration="2h"), True, at(1900))
+    assert out["reservation"]["expiresAt"] == at(7200) and out["reservation"]["extensions"] == 1
+    assert out["reservation"]["warningsSent"] == [] and out["events"] == []
+
+
+def test_over_the_cap_keeps_the_applied_reservation():
+    status = {"reservation": {"startedAt": T0, "expiresAt": at(3600), "duration": "1h", "warningsSent": []}}
+    sts = {"metadata": {"generation": 1}, "status": {"readyReplicas": 1, "replicas": 1, "updatedReplicas": 1,
+                                                     "observedGeneration": 1}}
+    out = devserver_lifecycle(server(status, duration="48h"), sts, 1, at(60))
+    assert out["reservation"]["expiresAt"] == at(3600)
+
+
+@pytest.mark.parametrize("by, end_reason, phase, ready_reason", [
+    ("user", "Stopped", "Stopped", "UserStopped"),
+    ("cancelled", "Cancelled", "Stopped", "Cancelled"),
+    ("idle", "Idle", "Stopped", "IdleTimeout"),
+    ("expired", "Expired", "Expired", "Expired"),
+    (None, "Stopped", "Suspended", "Suspended"),
+])
+def test_a_stop_ends_the_reservation_with_its_reason(by, end_reason, phase, ready_reason):
+    annotations = {"torchdev.io/stopped-by": by, "torchdev.io/stopped-at": at(50)} if by else {}
+    cr = server({"reservation": {"startedAt": T0, "expiresAt": at(3600), "duration": "1h"}}, annotations, duration="1h")
+    cr["spec"]["suspend"] = True
+    out = lifecycle.lifecycle_status(cr, False, at(60))
+    assert out["reservation"]["endReason"] == end_reason
+    assert out["reservation"]["endedAt"] == (at(50) if by else at(60))
+    status = devserver_status(cr, None, 0, "h", lifecycle=out)
+    assert status["phase"] == phase
+    assert [c for c in status["conditions"] if c["type"] == "Ready"][0]["reason"] == ready_reason
+
+
+def test_a_start_after_a_stop_begins_a_new_reservation():
+    old = {"startedAt": T0, "expiresAt": at(3600), "duration": "1h", "endedAt": at(3600), "endReason": "Expired"}
+    out = lifecycle.lifecycle_status(server({"reservation": old}, duration="1h"), True, at(7200))
+    assert out["reservation"]["startedAt"] == at(7200) and out["reservation"]["expiresAt"] == at(10800)
+    assert out["reservation"]["endedAt"] is None and out["reservation"]["endReason"] is None
+
+
+@pytest.mark.parametrize("report, pod, expected", [
+    (activity("idle", at(100)), POD, 100),
+    (activity("active", at(100)), POD, None),
+    (activity("idle", at(-10)), POD, None),           # a previous pod's report
+    ({"data": {}}, POD, None),                         # not reported yet: active
+    ({"data": {"s-0": "not json"}}, POD, None),
+])
+def test_idle_since(report, pod, expected):
+    got = lifecycle.idle_since(report, [pod], 1)
+    assert (None if got is None else got - lifecycle._seconds(T0)) == expected
+
+
+def test_idle_needs_every_replica():
+    pods = [POD, {"metadata": {"name": "s-1", "creationTimestamp": at(0)}, "status": {}}]
+    report = {"data": {"s-0": json.dumps({"state": "idle", "since": at(100)})}}
+    assert lifecycle.idle_since(report, pods, 2) is None
+    report["data"]["s-1"] = json.dumps({"state": "idle", "since": at(200)})
+    assert lifecycle.idle_since(report, pods, 2) == lifecycle._seconds(at(200))
+
+
+def test_idle_shutdown_warns_then_stops():
+    cr = server(idleTimeout=3600, autoShutdown=True)
+    cr["status"] = {"reservation": {"startedAt": T0}}
+    out = lifecycle.lifecycle_status(cr, True, at(100), activity=activity("idle", at(100)), pods=[POD])
+    assert out["idle"]["deadline"] == at(3700) and out["requeue"] == "%ds" % 1800
+    out = lifecycle.lifecycle_status(cr, True, at(1900), activity=activity("idle", at(100)), pods=[POD])
+    assert [e["reason"] for e in out["events"]] == ["IdleShutdownPending"]
+    assert out["condition"]["reason"] == "IdleShutdownPending"
+    out = lifecycle.lifecycle_status(cr, True, at(3700), activity=activity("idle", at(100)), pods=[POD])
+    assert out["stop"]["reason"] == "Idle"
+
+
+def test_auto_shutdown_off_warns_and_keeps_running():
+    cr = server(idleTimeout=600, autoShutdown=False)
+    cr["status"] = {"reservation": {"startedAt": T0}}
+    out = lifecycle.lifecycle_status(cr, True, at(800), activity=activity("idle", at(100)), pods=[POD])
+    assert out["stop"] is None and out["condition"]["reason"] == "IdleTimeout"
+    assert out["events"] and out["events"][0]["reason"] == "IdleTimeout"
+
+
+@pytest.mark.parametrize("keepalive, deadline", [
+    (at(7200), at(7200)),                  # postponed
+    (at(10 * 86400), at(3700 + 86400)),    # capped at max_keepalive past the idle deadline
+    (at(0), at(3700)),                     # in the past: no effect
+])
+def test_keepalive(keepalive, deadline):
+    cr = server(idleTimeout=3600, autoShutdown=True, keepAliveUntil=keepalive)
+    cr["status"] = {"reservation": {"startedAt": T0}}
+    out = lifecycle.lifecycle_status(cr, True, at(200), activity=activity("idle", at(100)), pods=[POD])
+    assert out["idle"]["deadline"] == deadline
+
+
+@pytest.mark.parametrize("status, deadline, previous, expected", [
+    ({"phase": "Running"}, "", None, ""),
+    ({"phase": "Running"}, "120s", None, "120s"),
+    ({"phase": "Provisioning", "conditions": [{"type": "Progressing", "status": "True"}]}, "120s",
+     {"conditions": [{"type": "Progressing", "status": "True", "lastTransitionTime": "2026-11-24T09:50:00Z"}]}, "60s"),
+    ({"phase": "Provisioning", "conditions": [{"type": "Progressing", "status": "True"}]}, "1s", None, "1s"),
+])
+def test_requeue_period(status, deadline, previous, expected):
+    assert requeue_period(status, now=T0, deadline=deadline, previous=previous) == expected
+
+
+# --- the queue ETA (module_utils/kueue.py queue_eta) ------------------------------------------
+
+from ansible_collections.torchdev.operator.plugins.module_utils.kueue import queue_eta  # noqa: E402
+
+GPU1 = {"gpu": {"count": 1, "type": "A10G"}, "resources": {"limits": {"nvidia.com/gpu": 1}}}
+
+
+def cq(name, gpus, cohort=None):
+    spec = {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+        {"name": "a10g", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}
+    if cohort:
+        spec["cohortName"] = cohort
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def holder(name, cluster_queue, expires=None, phase="Running", replicas=1, position=None, ns="u"):
+    status = {"phase": phase, "replicas": replicas, "queue": {"clusterQueue": cluster_queue}}
+    if expires is not None:
+        status["reservation"] = {"startedAt": T0, "expiresAt": at(expires)}
+    if position is not None:
+        status["queue"]["position"] = position
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"flavor": "a10g"}, "status": status}
+
+
+def kueue_obs(queues, servers, position=0):
+    return {"local_queue": {"spec": {"clusterQueue": "mine"}}, "pending": {"positionInClusterQueue": position},
+            "eta": {"cluster_queues": queues, "devservers": servers}}
+
+
+ME = {"metadata": {"name": "me", "namespace": "u"}, "spec": {"flavor": "a10g"},
+      "status": {"phase": "Queued", "queue": {"clusterQueue": "mine"}}}
+
+
+@pytest.mark.parametrize("queues, servers, position, replicas, eta", [
+    ([cq("mine", 2)], [holder("a", "mine", 3600), holder("b", "mine", 1800)], 0, 1, at(1800)),   # first to end
+    ([cq("mine", 2)], [holder("a", "mine", 3600), holder("b", "mine", 1800)], 0, 2, at(3600)),   # a gang of 2
+    ([cq("mine", 2)], [holder("a", "mine", 3600), holder("b", "mine", 1800),
+                       holder("c", "mine", phase="Queued", position=1)], 1, 1, at(3600)),       # one ahead
+    ([cq("mine", 2)], [holder("a", "mine", None), holder("b", "mine", 1800)], 0, 2, None),       # no expiry
+    ([cq("mine", 1)], [], 0, 1, at(0)),                                                           # free now
+    ([cq("mine", 0, "team"), cq("other", 1, "team")], [holder("x", "other", 600, ns="v")], 0, 1, at(600)),  # cohort
+    ([cq("mine", 1)], [holder("a", "mine", 600)], 0, 2, None),                                   # never fits
+])
+def test_queue_eta(queues, servers, position, replicas, eta):
+    out = queue_eta(kueue_obs(queues, servers, position), ME, GPU1, replicas, T0)
+    assert out["estimatedStartTime"] == eta, out
+    assert out["reason"]
+
+
+def test_queue_eta_without_inputs_is_none():
+    assert queue_eta({"local_queue": None}, ME, GPU1, 1, T0) is None
