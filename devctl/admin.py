@@ -220,6 +220,8 @@ def admin() -> None:
                    "(required for a new user).")
 @click.option("--ssh-key-file", "ssh_key_files", multiple=True, metavar="PATH",
               help="OpenSSH public key file (repeatable; replaces the user's keys).")
+@click.option("--github-user", metavar="USER",
+              help="Also take the user's public SSH keys from this GitHub account (https://github.com/USER.keys).")
 @click.option("--gpus", type=click.IntRange(0, MAX_GPUS), help="GPUs per GPU flavor (default 0).")
 @click.option("--cpu", callback=_quantity, metavar="QUANTITY", help="CPU per flavor (default 64).")
 @click.option("--memory", callback=_quantity, metavar="QUANTITY", help="Memory per flavor (default 256Gi).")
@@ -247,7 +249,7 @@ def admin() -> None:
 @kube_options(namespaced=False)
 @pass_settings
 def onboard(settings: Settings, user: str, email: str | None, ssh_key_files: tuple[str, ...],
-            gpus: int | None, cpu: str | None, memory: str | None, flavor_quotas: tuple[str, ...],
+            github_user: str | None, gpus: int | None, cpu: str | None, memory: str | None, flavor_quotas: tuple[str, ...],
             cluster_queue: str | None, priority_class: str | None, ssh_cidrs: tuple[str, ...],
             deletion_policy: str | None, adopt_namespace: bool | None, force_conflicts: bool,
             wait_: bool, timeout: float,
@@ -260,9 +262,14 @@ def onboard(settings: Settings, user: str, email: str | None, ssh_key_files: tup
     \b
     Examples:
       devctl admin onboard alice --email alice@example.com --ssh-key-file alice.pub --gpus 8 --wait
+      devctl admin onboard bob --email bob@example.com --github-user bob-gh
       devctl admin onboard alice --flavor-quota gpu-h100-8=16 --priority-class torchdev-high
     """
     keys = read_ssh_keys(ssh_key_files, explicit=True) if ssh_key_files else None
+    if github_user:
+        from .github import fetch_keys
+
+        keys = (keys or []) + [k for k in fetch_keys(github_user, settings.config) if k not in (keys or [])]
     fields = dict(ssh_keys=keys, gpus=gpus, cpu=cpu, memory=memory,
                   flavor_quotas=parse_flavor_quota(flavor_quotas) if flavor_quotas else None,
                   cluster_queue=cluster_queue, priority_class=priority_class,

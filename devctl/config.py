@@ -164,7 +164,7 @@ class Settings:
 
 @click.group("config")
 def config_group() -> None:
-    """View or change the devctl config file (namespace, owner)."""
+    """View or change the devctl config file (namespace, owner, github-user)."""
 
 
 @config_group.command("view")
@@ -194,6 +194,38 @@ def config_set_namespace(namespace: str) -> None:
 def config_set_owner(email: str) -> None:
     """Set the owner e-mail used for new dev servers."""
     _set_key("owner", email)
+
+
+SETTABLE = ("namespace", "owner", "github-user", "github-keys-url")
+
+
+@config_group.command("set")
+@click.argument("key", type=click.Choice(SETTABLE))
+@click.argument("value")
+def config_set(key: str, value: str) -> None:
+    """Set KEY to VALUE in the config file.
+
+    \b
+    github-user U      fetch U's public SSH keys from GitHub now and keep them for
+                       'devctl create' (with the keys in ~/.ssh/id_*.pub)
+    github-keys-url T  where keys are fetched from ({user} in T; default
+                       https://github.com/{user}.keys)
+    namespace NS, owner EMAIL  as set-namespace / set-owner
+    """
+    if key == "namespace":
+        value = validate_namespace(value)
+    elif key == "owner":
+        value = validate_email(value)
+    elif key == "github-user":
+        from .github import fetch_keys
+
+        keys = fetch_keys(value, load_config())
+        data = load_config()
+        data["github-user"], data["ssh-public-keys"] = value, keys
+        path = save_config(data)
+        click.echo(f"github-user set to {value!r} in {path}: {len(keys)} SSH key(s) from GitHub")
+        return
+    _set_key(key, value)
 
 
 def _set_key(key: str, value: str) -> None:

@@ -273,6 +273,8 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         keys = read_ssh_keys(ssh_key_files, explicit=True)
     else:
         keys = read_ssh_keys(default_ssh_key_files(), explicit=False)
+        # `devctl config set github-user U` keeps U's GitHub keys in the config.
+        keys += [k for k in settings.config.get("ssh-public-keys") or [] if k not in keys]
     namespace = settings.namespace(owner_override=owner)
     no_key_warning = ("no SSH public key found in ~/.ssh/id_*.pub; "
                       "pass --ssh-key-file to be able to 'devctl ssh'") if not keys else None

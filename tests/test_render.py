@@ -206,7 +206,7 @@ def test_unchanged_objects_need_no_write(rendered):
 
 
 SCRIPTS = ROOT / "roles" / "devserver" / "files" / "pytorch"
-SCRIPT_FILES = ("devrun", "allreduce_check.py", "gpu_check.py")
+SCRIPT_FILES = ("devrun", "allreduce_check.py", "gpu_check.py", "torchdev-agent")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
