@@ -26,4 +26,12 @@ RUN ansible-galaxy collection build ${HOME}/torchdev-src --output-path /tmp/torc
  && rm -rf ${HOME}/torchdev-src /tmp/torchdev-dist \
  && chmod -R ug+rwx ${HOME}/.ansible
 
+# The metrics exporter (torchdev_exporter/, docs/metrics.md): the operator Deployment's second
+# container runs it from this image; it imports the collection's module_utils from
+# ~/.ansible/collections (PYTHONPATH in config/manager/manager.yaml).
+USER root
+RUN python3 -m pip install --no-cache-dir "prometheus-client==0.26.0"
+USER ${USER_UID:-1001}
+COPY torchdev_exporter/ ${HOME}/torchdev_exporter/
+
 COPY watches.yaml ${HOME}/watches.yaml

@@ -173,6 +173,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def show_metrics(port: int) -> None:
+    """The exporter's DevServer and GPU series (it watches the cluster; a scrape is instant)."""
+    import urllib.request
+
+    for _ in range(50):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            time.sleep(0.2)
+            continue
+        lines = [line for line in text.splitlines()
+                 if line.startswith(("torchdev_devservers{", "torchdev_gpus_requested{", "torchdev_cost_per_hour"))]
+        if any(line.startswith("torchdev_devservers{") and 'phase="Running"' in line for line in lines):
+            print("\n".join(lines))
+            return
+        time.sleep(0.2)
+    print("(the exporter has not reported the server yet; see .demo/exporter.log)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     env = dict(os.environ)
@@ -182,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = ROOT / ".demo"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    sim = operator = plan = None
+    sim = operator = exporter = plan = None
     namespace = SIM_NAMESPACE
     try:
         if cluster_reachable(env):
@@ -207,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
                                      str(ROOT / "watches.yaml"), "--kubeconfig", env["KUBECONFIG"]]
                                     + (["--namespace", namespace] if plan else []),
                                     env=env, stdout=open(workdir / "operator.log", "w"),
+                                    stderr=subprocess.STDOUT, cwd=ROOT)
+
+        metrics_port = free_port()
+        step(f"Starting the metrics exporter (torchdev-exporter, http://127.0.0.1:{metrics_port}/metrics)")
+        exporter = subprocess.Popen([str(BIN / "torchdev-exporter"), "--kubeconfig", env["KUBECONFIG"],
+                                     "--address", "127.0.0.1", "--port", str(metrics_port)],
+                                    env=env, stdout=open(workdir / "exporter.log", "w"),
                                     stderr=subprocess.STDOUT, cwd=ROOT)
 
         step("Creating the sample flavors and a namespace for the user")
@@ -237,13 +272,16 @@ def main(argv: list[str] | None = None) -> int:
         kubectl("-n", namespace, "get", "statefulsets,services,pvc,pods", env=env)
         step(f"devctl ssh {SERVER} --print")
         run(str(BIN / "devctl"), "-n", namespace, "ssh", SERVER, "--print", env=env, check=False)
+        step("torchdev's metrics (a few of them)")
+        show_metrics(metrics_port)
         if args.keep:
             print(f"\nLeft running (--keep). KUBECONFIG={env['KUBECONFIG']}"
                   + (f"; namespace {namespace}" if plan else ""))
-            sim = operator = plan = None
+            sim = operator = exporter = plan = None
         return 0
     finally:
         step("Stopping what the demo started")
+        stop(exporter, "exporter")
         stop(operator, "operator")
         if plan is not None:
             remove(plan, env)

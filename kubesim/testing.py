@@ -14,6 +14,25 @@ from kubesim.cluster import Cluster
 T = TypeVar("T")
 
 
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0,
+             interval: float = 0.02, message: str = "condition") -> T:
+    """Poll predicate until it returns a truthy value (exceptions count as not yet); TimeoutError
+    naming `message` and the last exception after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - keep polling; report the last one
+            last_exc = exc
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {message}"
+                       + (f" (last error: {last_exc})" if last_exc else ""))
+
+
 class KubeSim:
     """A simulator on its own event loop thread, on a free loopback port."""
 
@@ -99,18 +118,7 @@ class KubeSim:
     def wait_for(self, predicate: Callable[[], T], timeout: float = 30.0,
                  interval: float = 0.02, message: str = "condition") -> T:
         """Poll predicate (run in the caller's thread) until it returns a truthy value."""
-        deadline = time.monotonic() + timeout
-        last_exc: BaseException | None = None
-        while time.monotonic() < deadline:
-            try:
-                result = predicate()
-                if result:
-                    return result
-            except Exception as exc:  # noqa: BLE001 - keep polling; report the last one
-                last_exc = exc
-            time.sleep(interval)
-        raise TimeoutError(f"timed out after {timeout}s waiting for {message}"
-                           + (f" (last error: {last_exc})" if last_exc else ""))
+        return wait_for(predicate, timeout, interval, message)
 
 
 class _ThreadSafe:

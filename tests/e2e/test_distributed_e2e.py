@@ -72,7 +72,7 @@ def test_role_objects_are_valid_kubernetes(kube, ddp):
         except kubernetes_validate.ValidationError as exc:  # pragma: no cover - report nicely
             pytest.fail(f"{raw['kind']}/{raw['metadata']['name']} invalid: {exc}")
     scripts = kube["core"].read_namespaced_config_map(f"{NAME}-scripts", ns)
-    assert sorted(scripts.data) == ["allreduce_check.py", "devrun", "gpu_check.py"]
+    assert sorted(scripts.data) == ["allreduce_check.py", "devrun", "gpu_check.py", "torchdev-agent"]
 
 
 def test_pods_carry_the_rendezvous_env(kube, ddp):

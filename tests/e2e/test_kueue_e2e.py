@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from _e2e_helpers import GROUP, NODES, ROOT, VERSION, condition, devserver, get_ds, load, wait_degraded, wait_ready
+from _e2e_helpers import (GROUP, NODES, ROOT, VERSION, condition, devserver, get_ds, load, new_namespace, wait_degraded,
+                          wait_ready)
 from kubesim import kueue as kq
 from kubesim.testing import KubeSim
 
@@ -36,6 +37,19 @@ def sim():
 def priority_classes(kube):
     for wpc in load_all(ROOT / "config" / "kueue" / "workloadpriorityclasses.yaml"):
         kube["custom"].create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", wpc)
+
+
+@pytest.fixture
+def ns(kube, sim):
+    """A fresh namespace; afterwards its DevServers are deleted and their pods waited away, so
+    the GPUs of the one p5 node are free for the next test (they would otherwise leak across tests
+    and leave a later server unschedulable, whatever Kueue admits)."""
+    name = new_namespace(kube)
+    yield name
+    for obj in kube["custom"].list_namespaced_custom_object(GROUP, VERSION, name, "devservers")["items"]:
+        kube["custom"].delete_namespaced_custom_object(GROUP, VERSION, name, "devservers", obj["metadata"]["name"])
+    sim.wait_for(lambda: not kube["core"].list_namespaced_pod(name).items, 180, interval=0.2,
+                 message=f"the pods of {name} gone")
 
 
 def load_all(path):

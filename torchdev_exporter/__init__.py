@@ -1,0 +1,1 @@
+"""torchdev's Prometheus exporter: the cluster's DevServers as metrics (docs/metrics.md)."""

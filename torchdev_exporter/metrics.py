@@ -1,0 +1,252 @@
+"""torchdev's Prometheus series, computed from the objects the exporter watches (docs/metrics.md).
+
+Pure: ``Store`` holds the DevServers and DevServerFlavors it was given and turns them into
+metric families at scrape time (``collect``); it also counts, from the changes it is shown,
+the reservations started and ended by reason, the seconds of GPU time and the dollars spent,
+and observes the time to Ready.  Labels are bounded sets: user (the owner), namespace,
+flavor, phase, reason; never a pod name or a time.
+"""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import parse_time
+
+PHASES = ("Pending", "Queued", "Provisioning", "Running", "Suspended", "Stopped", "Expired", "Failed")
+END_REASONS = ("Expired", "Cancelled", "Idle", "Stopped", "Deleted")
+TIME_TO_READY_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta.get("name") or ""
+
+
+def _price(flavor: dict | None) -> float:
+    try:
+        return float(((flavor or {}).get("spec") or {}).get("pricePerHour") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _gpus(flavor: dict | None) -> int:
+    try:
+        return flavor_gpu_count((flavor or {}).get("spec") or {})
+    except ValueError:
+        return 0
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return parse_time(value).timestamp() if value else None
+    except ValueError:
+        return None
+
+
+class Store:
+    """The exporter's view of the cluster, fed by watch events (``apply`` / ``delete``)."""
+
+    def __init__(self, clock=lambda: datetime.now(timezone.utc).timestamp()):
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.devservers: dict[tuple[str, str], dict] = {}
+        self.flavors: dict[str, dict] = {}
+        self.started: dict[tuple[str, str], float] = {}       # (user, flavor) -> reservations started
+        self.ended: dict[tuple[str, str, str], float] = {}    # (user, flavor, reason) -> ended
+        self.gpu_seconds: dict[tuple[str, str], float] = {}   # (user, flavor) -> GPU-seconds run
+        self.dollars: dict[tuple[str, str], float] = {}       # (user, flavor) -> dollars spent
+        self.ready_hist: dict[str, list[int]] = {}            # flavor -> bucket counts
+        self.ready_sum: dict[str, float] = {}
+        self._seen_starts: set[tuple[str, str, str]] = set()
+        self._ready_observed: set[tuple[str, str]] = set()
+        self._seen_ends: set[tuple[str, str, str]] = set()
+        self._running_since: dict[tuple[str, str], float] = {}
+        self.reconciles: dict[tuple[str, str], float] = {}    # (kind, result) from the runtime, if any
+
+    # -- events ------------------------------------------------------------------------------
+    def apply_flavor(self, flavor: dict) -> None:
+        with self.lock:
+            self.flavors[(flavor.get("metadata") or {}).get("name")] = flavor
+
+    def delete_flavor(self, flavor: dict) -> None:
+        with self.lock:
+            self.flavors.pop((flavor.get("metadata") or {}).get("name"), None)
+
+    def apply(self, ds: dict) -> None:
+        with self.lock:
+            key = _key(ds)
+            self._account(key, ds)
+            self.devservers[key] = ds
+
+    def delete(self, ds: dict) -> None:
+        with self.lock:
+            key = _key(ds)
+            old = self.devservers.pop(key, None) or ds
+            self._account(key, None, previous=old)
+
+    # -- counters from changes -----------------------------------------------------------------
+    def _labels(self, ds: dict) -> tuple[str, str]:
+        spec = ds.get("spec") or {}
+        return spec.get("owner") or "", spec.get("flavor") or ""
+
+    def _account(self, key, ds, previous=None) -> None:
+        now = self.clock()
+        previous = previous if previous is not None else self.devservers.get(key)
+        src = ds or previous or {}
+        user, flavor_name = self._labels(src)
+        self._accrue(key, previous, now)
+        status = (ds or {}).get("status") or {}
+        if ds is not None and status.get("phase") == "Running":
+            self._running_since[key] = now
+        res = status.get("reservation") or {}
+        if ds is not None and res.get("startedAt"):
+            mark = (key[0], key[1], res["startedAt"])
+            if mark not in self._seen_starts:
+                self._seen_starts.add(mark)
+                self.started[(user, flavor_name)] = self.started.get((user, flavor_name), 0) + 1
+                created = _seconds((ds.get("metadata") or {}).get("creationTimestamp"))
+                started = _seconds(res["startedAt"])
+                if created is not None and started is not None and key not in self._ready_observed:
+                    self._ready_observed.add(key)  # the first Ready of this server
+                    self._observe_ready(flavor_name, max(0.0, started - created))
+            if res.get("endReason"):
+                end = (key[0], key[1], res["startedAt"])
+                if end not in self._seen_ends:
+                    self._seen_ends.add(end)
+                    lk = (user, flavor_name, res["endReason"])
+                    self.ended[lk] = self.ended.get(lk, 0) + 1
+        if ds is None:  # deleted: a running reservation ends with it
+            res = ((previous or {}).get("status") or {}).get("reservation") or {}
+            if res.get("startedAt") and not res.get("endReason"):
+                end = (key[0], key[1], res["startedAt"])
+                if end not in self._seen_ends:
+                    self._seen_ends.add(end)
+                    lk = (user, flavor_name, "Deleted")
+                    self.ended[lk] = self.ended.get(lk, 0) + 1
+
+    def _accrue(self, key, previous, now) -> None:
+        """GPU time and cost accrue while the server runs (from the last change to now)."""
+        if key not in self._running_since:
+            return
+        since = self._running_since.pop(key)
+        user, flavor_name = self._labels(previous or {})
+        flavor = self.flavors.get(flavor_name)
+        replicas = int(((previous or {}).get("status") or {}).get("replicas") or 0)
+        hours = max(0.0, now - since) / 3600.0
+        lk = (user, flavor_name)
+        self.gpu_seconds[lk] = self.gpu_seconds.get(lk, 0.0) + hours * 3600.0 * replicas * _gpus(flavor)
+        self.dollars[lk] = self.dollars.get(lk, 0.0) + hours * replicas * _price(flavor)
+
+    def _observe_ready(self, flavor: str, seconds: float) -> None:
+        counts = self.ready_hist.setdefault(flavor, [0] * len(TIME_TO_READY_BUCKETS))
+        for i, bound in enumerate(TIME_TO_READY_BUCKETS):
+            if seconds <= bound:
+                counts[i] += 1
+        self.ready_sum[flavor] = self.ready_sum.get(flavor, 0.0) + seconds
+
+    def tick(self) -> None:
+        """Bring GPU time and cost of the running servers up to now (before each scrape)."""
+        with self.lock:
+            now = self.clock()
+            for key in list(self._running_since):
+                ds = self.devservers.get(key)
+                if ds is None:
+                    continue
+                self._accrue(key, ds, now)
+                self._running_since[key] = now
+
+    # -- gauges at scrape time -------------------------------------------------------------------
+    def gauges(self) -> dict[str, dict[tuple, float]]:
+        out: dict[str, dict[tuple, float]] = {name: {} for name in (
+            "servers", "gpus_requested", "gpus_running", "idle_gpus", "queue_length", "queue_wait",
+            "cost_rate")}
+        now = self.clock()
+        with self.lock:
+            for ds in self.devservers.values():
+                spec, status = ds.get("spec") or {}, ds.get("status") or {}
+                user, flavor_name = spec.get("owner") or "", spec.get("flavor") or ""
+                phase = status.get("phase") or "Pending"
+                flavor = self.flavors.get(flavor_name)
+                k = (flavor_name, phase)
+                out["servers"][k] = out["servers"].get(k, 0) + 1
+                replicas = int(status.get("replicas") or 0)
+                gpus = _gpus(flavor)
+                uk = (user, flavor_name)
+                if not spec.get("suspend") and gpus:
+                    wanted = replicas or 1
+                    out["gpus_requested"][uk] = out["gpus_requested"].get(uk, 0) + wanted * gpus
+                if phase == "Running":
+                    if gpus:
+                        out["gpus_running"][uk] = out["gpus_running"].get(uk, 0) + replicas * gpus
+                    out["cost_rate"][uk] = out["cost_rate"].get(uk, 0.0) + replicas * _price(flavor)
+                    if status.get("idle") and gpus:
+                        out["idle_gpus"][uk] = out["idle_gpus"].get(uk, 0) + replicas * gpus
+                if phase == "Queued":
+                    fk = (flavor_name,)
+                    out["queue_length"][fk] = out["queue_length"].get(fk, 0) + 1
+                    since = _seconds(status.get("lastTransitionTime")) or _seconds(
+                        (ds.get("metadata") or {}).get("creationTimestamp"))
+                    if since is not None:
+                        out["queue_wait"][fk] = max(out["queue_wait"].get(fk, 0.0), now - since)
+        return out
+
+
+def collect(store: Store) -> Iterable:
+    """The metric families of one scrape (prometheus_client's Collector protocol)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    store.tick()
+    g = store.gauges()
+
+    def gauge(name, doc, labels, values):
+        fam = GaugeMetricFamily(name, doc, labels=labels)
+        for key, value in sorted(values.items()):
+            fam.add_metric(list(key), value)
+        return fam
+
+    yield gauge("torchdev_devservers", "DevServers by flavor and phase.", ["flavor", "phase"], g["servers"])
+    yield gauge("torchdev_gpus_requested", "GPUs wanted by the DevServers not stopped, per user and flavor.",
+                ["user", "flavor"], g["gpus_requested"])
+    yield gauge("torchdev_gpus_running", "GPUs of Running DevServers, per user and flavor.",
+                ["user", "flavor"], g["gpus_running"])
+    yield gauge("torchdev_gpus_idle", "GPUs of Running DevServers whose lifecycle agents report idle.",
+                ["user", "flavor"], g["idle_gpus"])
+    yield gauge("torchdev_queue_length", "DevServers waiting for Kueue admission, per flavor.", ["flavor"],
+                g["queue_length"])
+    yield gauge("torchdev_queue_wait_seconds", "The longest wait of a queued DevServer, per flavor.", ["flavor"],
+                g["queue_wait"])
+    yield gauge("torchdev_cost_per_hour_dollars", "Cost rate of Running DevServers (pricePerHour x replicas).",
+                ["user", "flavor"], g["cost_rate"])
+    with store.lock:
+        started, ended = dict(store.started), dict(store.ended)
+        gpu_seconds, dollars = dict(store.gpu_seconds), dict(store.dollars)
+        hist, hsum = {k: list(v) for k, v in store.ready_hist.items()}, dict(store.ready_sum)
+    fam = CounterMetricFamily("torchdev_reservations_started", "Reservations started (a first Ready after a start).",
+                              labels=["user", "flavor"])
+    for key, value in sorted(started.items()):
+        fam.add_metric(list(key), value)
+    yield fam
+    fam = CounterMetricFamily("torchdev_reservations_ended", "Reservations ended, by reason "
+                              "(Expired, Cancelled, Idle, Stopped, Deleted).", labels=["user", "flavor", "reason"])
+    for key, value in sorted(ended.items()):
+        fam.add_metric(list(key), value)
+    yield fam
+    fam = CounterMetricFamily("torchdev_gpu_seconds", "GPU-seconds run by Running DevServers.",
+                              labels=["user", "flavor"])
+    for key, value in sorted(gpu_seconds.items()):
+        fam.add_metric(list(key), value)
+    yield fam
+    fam = CounterMetricFamily("torchdev_cost_dollars", "Dollars spent by Running DevServers (pricePerHour x hours).",
+                              labels=["user", "flavor"])
+    for key, value in sorted(dollars.items()):
+        fam.add_metric(list(key), value)
+    yield fam
+    fam = HistogramMetricFamily("torchdev_time_to_ready_seconds",
+                                "From a DevServer's creation to its first Ready, per flavor.", labels=["flavor"])
+    for flavor, counts in sorted(hist.items()):
+        buckets = [("+Inf" if b == float("inf") else str(b), c) for b, c in zip(TIME_TO_READY_BUCKETS, counts)]
+        fam.add_metric([flavor], buckets, hsum.get(flavor, 0.0))
+    yield fam
