@@ -31,7 +31,8 @@ Three parts:
   to the apiserver); update of the primary when a finalizer is configured, of its status
   with manageStatus; update of ``<owner>/finalizers`` for children whose ownerReference
   blocks owner deletion (OwnerReferencesPermissionEnforcement); ``bind`` on the role a
-  rendered (Cluster)RoleBinding grants; leases and events for leader election.
+  rendered (Cluster)RoleBinding grants (or, for a Role rendered beside it, every permission
+  that Role grants: the apiserver's escalation check); leases and events for leader election.
 """
 from __future__ import annotations
 
@@ -541,6 +542,18 @@ def operator_needs(reg: Registry, scans: dict[str, RoleScan], rendered: dict[str
             if obj.get("kind") in ("RoleBinding", "ClusterRoleBinding"):
                 ref = obj["roleRef"]
                 res = "clusterroles" if ref["kind"] == "ClusterRole" else "roles"
+                granted = next((o for o in objects if o.get("kind") == ref["kind"]
+                                and o["metadata"]["name"] == ref["name"]), None)
+                if granted is not None:
+                    # the RBAC escalation check: binding a Role the operator renders needs no
+                    # `bind` when the operator holds every permission the Role grants
+                    for rule in granted.get("rules") or []:
+                        for group in rule.get("apiGroups") or [""]:
+                            for resource in rule.get("resources") or []:
+                                for verb in rule.get("verbs") or []:
+                                    need(Access(group, resource, verb),
+                                         "%s: binds %s %s, which grants it" % (role, ref["kind"], ref["name"]))
+                    continue
                 need(Access("rbac.authorization.k8s.io", res, "bind", ref["name"]),
                      "%s: renders a %s granting %s %s" % (role, obj["kind"], ref["kind"], ref["name"]))
     return needs
