@@ -151,3 +151,24 @@ def test_suspend_and_resume(sim, kube, runtime, ns):
     kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pause", {"spec": {"suspend": False}})
     wait_state(sim, kube, ns, "pause", "Running")
     assert len(workers(kube, ns, "pause")) == 2
+
+
+def test_reconcile_of_an_unchanged_running_job_writes_nothing(sim, kube, runtime, ns):
+    create(kube, ns, tj("idem"))
+    wait_state(sim, kube, ns, "idem", "Running")
+    sim.wait_for(lambda: get_tj(kube, ns, "idem")["status"]["workers"]["active"] == 2, 30, message="settled")
+    before = len([r for r in runtime.history("TrainingJob") if r.name == "idem"])
+    sim.wait_for(lambda: len([r for r in runtime.history("TrainingJob") if r.name == "idem"]) > before, 60,
+                 message="one more reconcile (the watch period): the status is written")
+    sim.reset_metrics()
+    count = len([r for r in runtime.history("TrainingJob") if r.name == "idem"])
+    runtime.enqueue("TrainingJob", ns, "idem")
+    sim.wait_for(lambda: len([r for r in runtime.history("TrainingJob") if r.name == "idem"]) > count, 60,
+                 message="a reconcile of the unchanged job")
+    record = [r for r in runtime.history("TrainingJob") if r.name == "idem"][-1]
+    assert record.ok and record.ansible.get("changed", 0) == 0, record
+    from kubesim.metrics import WRITE_VERBS
+
+    writes = [r for r in sim.requests() if r.get("verb") in WRITE_VERBS and ns in str(r)]
+    assert writes == [], writes  # not even a status write
+    assert sim.metrics()["by_verb"].get("get", 0) > 0  # it did look
