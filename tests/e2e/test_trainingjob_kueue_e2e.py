@@ -79,3 +79,16 @@ def test_suspend_releases_the_quota(sim, kube, runtime, ns):
     kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "hold", {"spec": {"suspend": False}})
     obj = wait_state(sim, kube, ns, "hold", "Queued")  # resumed: back in the queue behind "wait"
     assert obj["status"]["queue"]["position"] in (1, None)
+
+
+def test_missing_priority_class_fails_with_the_reason(sim, kube, runtime, ns):
+    queue_for(kube, ns)
+    body = gpu_tj("nopc")
+    body["spec"]["scheduling"] = {"priority": "does-not-exist"}
+    create(kube, ns, body)
+    obj = wait_state(sim, kube, ns, "nopc", "Failed")
+    st = obj["status"]
+    assert st["failureReason"] == "InvalidSpec"
+    degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and "does-not-exist" in degraded["message"]
+    assert not workers(kube, ns, "nopc")
