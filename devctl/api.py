@@ -355,3 +355,62 @@ class Api:
                 return None
             raise
         return dict((self.to_dict(review).get("status") or {}).get("userInfo") or {})
+
+
+# TrainingJobs (devctl/train.py) -------------------------------------------------------------
+TRAININGJOBS = "trainingjobs"
+
+
+def _trainingjob_api(cls):
+    """The TrainingJob calls of :class:`Api` (kept together, after the other kinds)."""
+
+    def _tj(self, fn, *args, name=None, namespace=None, **kw):
+        return self._call(fn, GROUP, VERSION, *args, kind="trainingjob", name=name, namespace=namespace,
+                          resource=f"{TRAININGJOBS}.{GROUP}", **kw)
+
+    def get_trainingjob(self, namespace: str, name: str) -> dict:
+        return _tj(self, self.custom.get_namespaced_custom_object, namespace, TRAININGJOBS, name,
+                   name=name, namespace=namespace)
+
+    def list_trainingjobs(self, namespace: str | None) -> list[dict]:
+        if namespace is None:
+            result = _tj(self, self.custom.list_cluster_custom_object, TRAININGJOBS)
+        else:
+            result = _tj(self, self.custom.list_namespaced_custom_object, namespace, TRAININGJOBS, namespace=namespace)
+        return list(result.get("items") or [])
+
+    def create_trainingjob(self, namespace: str, body: dict) -> dict:
+        return _tj(self, self.custom.create_namespaced_custom_object, namespace, TRAININGJOBS, body,
+                   name=body["metadata"]["name"], namespace=namespace)
+
+    def patch_trainingjob(self, namespace: str, name: str, patch: dict) -> dict:
+        return _tj(self, self.custom.patch_namespaced_custom_object, namespace, TRAININGJOBS, name, patch,
+                   name=name, namespace=namespace)
+
+    def delete_trainingjob(self, namespace: str, name: str) -> dict:
+        return _tj(self, self.custom.delete_namespaced_custom_object, namespace, TRAININGJOBS, name,
+                   name=name, namespace=namespace)
+
+    def pod_log(self, namespace: str, name: str, follow: bool = False, tail: int | None = None):
+        """The log of a pod's first container: a str, or with ``follow`` an iterator of str chunks."""
+        kw: dict[str, Any] = {}
+        if tail is not None:
+            kw["tail_lines"] = tail
+        if not follow:
+            return self._call(self.core.read_namespaced_pod_log, name, namespace, kind="pod", name=name,
+                              namespace=namespace, **kw)
+        from kubernetes.client.exceptions import ApiException  # lazy
+
+        try:  # no read timeout: a quiet worker is not an error
+            resp = self.core.read_namespaced_pod_log(name, namespace, follow=True, _preload_content=False,
+                                                     _request_timeout=(REQUEST_TIMEOUT[0], None), **kw)
+        except ApiException as exc:
+            raise self._translate(exc, "pod", name, namespace, None) from None
+        return (chunk.decode(errors="replace") for chunk in resp.stream(4096))
+
+    for fn in (get_trainingjob, list_trainingjobs, create_trainingjob, patch_trainingjob, delete_trainingjob, pod_log):
+        setattr(cls, fn.__name__, fn)
+    return cls
+
+
+Api = _trainingjob_api(Api)

@@ -25,6 +25,7 @@ from .quota import quota
 from .run import run
 from .ssh import ssh
 from .whoami import whoami
+from .train import train
 
 
 class DevctlGroup(click.Group):
@@ -97,7 +98,7 @@ def version(output: str) -> None:
 
 
 for _command in (create, list_, get, delete, stop, start, cancel, extend, keepalive, reserve, ssh, run, monitor,
-                 flavors, queue, quota, whoami, config_group, admin):
+                 flavors, queue, quota, whoami, config_group, admin, train):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

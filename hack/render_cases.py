@@ -163,3 +163,24 @@ def devuser_cases() -> dict[str, dict]:
                                                network={"sshAllowedCIDRs": ["fd00:10::/32", "10.1.0.0/16"]}),
                                  "kueue": False, "flavors": all_flavors}
     return cases
+
+
+# --------------------------------------------------------------------------- TrainingJob
+def trainingjob_cases() -> dict[str, dict]:
+    """{case: {cr, decision?, kueue?, job?}} (hack/render_manifests.py trainingjob_hostvars): the
+    sample TrainingJobs, a user's checkpoint claim, a queued Kueue Job, a restarting run."""
+    jobs = samples("torchdev_v1alpha1_trainingjob*.yaml")
+    assert jobs, "config/samples must hold TrainingJob samples"
+    cases = {}
+    for obj in jobs.values():
+        cases[obj["metadata"]["name"]] = {"cr": _devserver(obj)}
+    cpu = jobs["torchdev_v1alpha1_trainingjob.yaml"]
+    cases["user_claim"] = {"cr": _devserver(cpu, "userclaim", checkpoint={"enabled": True, "storage": {"claimName": "team-ckpt"}})}
+    cases["kueue_queued"] = {
+        "cr": _devserver(cpu, "queued", scheduling={"priority": "torchdev-high"}),
+        "kueue": {"served": True, "local_queue": {"metadata": {"name": "torchdev", "namespace": NAMESPACE},
+                                                  "spec": {"clusterQueue": "torchdev-jane"}},
+                  "priority_class": {"name": "torchdev-high", "source": "spec.scheduling.priority", "exists": True}},
+    }
+    cases["restarting"] = {"cr": _devserver(cpu, "restarting"), "decision": {"run": False, "attempt": 1}}
+    return cases

@@ -30,6 +30,7 @@ import yaml
 
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status
 from hack.render_cases import devserver_cases as devserver_matrix, devuser_cases as devuser_matrix
+from hack.render_cases import trainingjob_cases as trainingjob_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ROOT / "roles"
@@ -85,9 +86,30 @@ def devuser_cases() -> dict[str, dict[str, Any]]:
     return {key: devuser_hostvars(case) for key, case in devuser_matrix().items()}
 
 
+def trainingjob_hostvars(case: dict[str, Any]) -> dict[str, Any]:
+    """The variables of one trainingjob render case ({cr, decision?, kueue?, job?}): the raw object
+    and what observe.yml and decide.yml would have produced."""
+    cr = case["cr"]
+    return {
+        "ansible_operator_meta": _meta(cr),
+        "_torchdev_io_trainingjob": cr,
+        "_torchdev_io_trainingjob_spec": cr["spec"],
+        "trainingjob_observe": {"objects": {"job": case.get("job"), "claim": None}, "kueue": case.get("kueue")},
+        "trainingjob_kueue": case.get("kueue"),
+        "trainingjob_observed": [],
+        "trainingjob_decision": dict({"run": True, "attempt": 0}, **case.get("decision", {})),
+    }
+
+
+def trainingjob_cases() -> dict[str, dict[str, Any]]:
+    """The TrainingJob matrix (hack/render_cases.py) as host variables."""
+    return {key: trainingjob_hostvars(case) for key, case in trainingjob_matrix().items()}
+
+
 CASE_BUILDERS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
     "devserver": devserver_cases,
     "devuser": devuser_cases,
+    "trainingjob": trainingjob_cases,
 }
 
 

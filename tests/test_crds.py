@@ -41,6 +41,7 @@ def load(path: Path) -> dict:
 
 
 CRDS = {"DevServer": load(DEVSERVER_CRD), "DevServerFlavor": load(FLAVOR_CRD), "DevUser": load(DEVUSER_CRD)}
+CRDS["TrainingJob"] = load(CRD_DIR / "bases" / "torchdev.io_trainingjobs.yaml")  # admission cases: tests/trainingjob/test_crd.py
 
 
 def version_of(crd: dict, name: str = VERSION) -> dict:
@@ -617,7 +618,8 @@ def test_status_is_validated_on_the_status_subresource(models, ApiError):
 def test_kustomize_crd_builds():
     docs = kustomize(CRD_DIR)
     assert sorted(d["metadata"]["name"] for d in docs) == ["devserverflavors.torchdev.io",
-                                                           "devservers.torchdev.io", "devusers.torchdev.io"]
+                                                           "devservers.torchdev.io", "devusers.torchdev.io",
+                                                           "trainingjobs.torchdev.io"]
     for d in docs:
         assert d == CRDS[d["spec"]["names"]["kind"]]
 

@@ -12,6 +12,7 @@ BUILTIN_MODULES = (
     "service",
     "pvc",
     "kueue",
+    "kueue_job",
 )
 
 

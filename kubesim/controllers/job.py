@@ -5,7 +5,8 @@ container restarts for restartPolicy OnFailure; exceeded -> FailureTarget + Fail
 BackoffLimitExceeded and active pods deleted), activeDeadlineSeconds (DeadlineExceeded),
 suspend (active pods deleted, Suspended=True; resuming sets Suspended=False JobResumed),
 SuccessCriteriaMet + Complete when enough pods succeeded (k8s >= 1.31), completionTime,
-ttlSecondsAfterFinished. Pods: `<job>-<rand5>` (Indexed: `<job>-<index>-<rand5>`, with
+ttlSecondsAfterFinished, podFailurePolicy (controllers/podfailure.py: FailJob -> Failed
+reason PodFailurePolicy at once, Ignore -> not counted, Count / FailIndex -> counted). Pods: `<job>-<rand5>` (Indexed: `<job>-<index>-<rand5>`, with
 the completion-index annotation/label, hostname and JOB_COMPLETION_INDEX), labels
 `job-name`, `batch.kubernetes.io/job-name`, `controller-uid`,
 `batch.kubernetes.io/controller-uid`.
@@ -23,6 +24,7 @@ from kubesim.controllers._util import (delete_pod, condition_true, controller_re
                                        pod_active, pod_deleting, pod_from_template, pod_ready,
                                        rand_suffix, set_condition, try_get, write_status)
 from kubesim.controllers.base import Controller, register
+from kubesim.controllers.podfailure import match as pod_failure_match
 from kubesim.errors import ApiError
 
 Obj = dict[str, Any]
@@ -101,7 +103,16 @@ class JobController(Controller):
             succeeded = len(completed_idx)
         else:
             succeeded = max(status.get("succeeded") or 0, len(succeeded_pods))
-        failed = max(status.get("failed") or 0, len(failed_pods))
+        fail_job: str | None = None
+        counted = []
+        for p in failed_pods:
+            hit = pod_failure_match(spec.get("podFailurePolicy"), p)
+            if hit and hit[0] == "Ignore":
+                continue
+            if hit and hit[0] == "FailJob" and fail_job is None:
+                fail_job = hit[1]
+            counted.append(p)
+        failed = max(status.get("failed") or 0, len(counted))
         restarts = 0
         if ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "OnFailure":
             restarts = sum(cs.get("restartCount", 0) for p in active
@@ -144,6 +155,9 @@ class JobController(Controller):
                 (succeeded >= 1 and not active)
             if complete:
                 finish(True, "CompletionsReached", "Reached expected number of succeeded pods")
+                active = []
+            elif fail_job is not None:
+                finish(False, "PodFailurePolicy", fail_job)
                 active = []
             elif failed + restarts > spec.get("backoffLimit", 6):
                 finish(False, "BackoffLimitExceeded", "Job has reached the specified backoff limit")

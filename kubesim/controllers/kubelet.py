@@ -6,7 +6,7 @@ conditions. Containers become ready `kubesim.io/ready-after` seconds (default 0.
 after they start. `kubesim.io/fail-after: N` makes the first container exit 1 N
 seconds after each start: with restartPolicy Always/OnFailure it is restarted after
 a short CrashLoopBackOff (restartCount++, lastState terminated), with Never the pod
-fails. `kubesim.io/succeed-after: N` makes every container exit 0 after N seconds:
+fails; `kubesim.io/exit-code` (default 1) is that exit code. `kubesim.io/succeed-after: N` makes every container exit 0 after N seconds:
 the pod Succeeds unless restartPolicy is Always (then the containers restart).
 
 Timing is kept in memory per pod uid against time.monotonic(); the simulator is a
@@ -30,6 +30,7 @@ Obj = dict[str, Any]
 READY_AFTER = "kubesim.io/ready-after"
 FAIL_AFTER = "kubesim.io/fail-after"
 SUCCEED_AFTER = "kubesim.io/succeed-after"
+EXIT_CODE = "kubesim.io/exit-code"
 DEFAULT_READY_AFTER = 0.2
 EPS = 0.001
 
@@ -184,7 +185,7 @@ class Kubelet(Controller):
                 when, what = min(ends)
                 if t >= when:
                     end_ts = self._wall(when)
-                    exit_code = 1 if what == "fail" else 0
+                    exit_code = int(_seconds(pod, EXIT_CODE, 1) or 1) if what == "fail" else 0
                     restart = policy == "Always" or (policy == "OnFailure" and what == "fail")
                     term = {"terminated": {"exitCode": exit_code,
                                            "reason": "Error" if exit_code else "Completed",

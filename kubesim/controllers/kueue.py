@@ -19,7 +19,8 @@ pod template recreates the Workload (queued again). A flavor is only assigned to
 set whose nodeSelector agrees with its nodeLabels and whose tolerations cover its nodeTaints
 (kueue's flavor assigner; required node affinity is not looked at). Not modelled: cohorts, borrowing,
 preemption, admission checks, fair sharing, nodeSelector injection from the flavor's
-nodeLabels (a pod's nodeSelector is immutable here), Jobs and plain pods.
+nodeLabels (a pod's nodeSelector is immutable here) and plain pods. batch/v1 Jobs:
+controllers/kueue_job.py (Finished Workloads hold no quota).
 """
 from __future__ import annotations
 
@@ -52,6 +53,12 @@ def queue_name(sts: Obj) -> str | None:
 def _pod_spec(wl: Obj) -> Obj | None:
     pod_sets = (wl.get("spec") or {}).get("podSets") or []
     return ((pod_sets[0].get("template") or {}).get("spec")) if pod_sets else None
+
+
+def _finished(wl: Obj) -> bool:
+    """A Finished Workload (its Job ended: controllers/kueue_job.py) holds no quota."""
+    return any(c.get("type") == "Finished" and c.get("status") == "True"
+               for c in (wl.get("status") or {}).get("conditions") or [])
 
 
 def _admitted(wl: Obj | None) -> bool:
@@ -130,7 +137,7 @@ class KueueController(Controller):
         cqs = {c["metadata"]["name"]: c for c in list_readonly(self.api, kq.CLUSTER_QUEUES)}
         lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q
                for q in list_readonly(self.api, kq.LOCAL_QUEUES)}
-        wls = list_readonly(self.api, kq.WORKLOADS)
+        wls = [w for w in list_readonly(self.api, kq.WORKLOADS) if not _finished(w)]
 
         used: dict[str, dict[str, dict[str, Decimal]]] = {}       # cq -> flavor -> res -> qty
         lq_used: dict[tuple, dict[str, dict[str, Decimal]]] = {}
@@ -231,7 +238,8 @@ class KueueController(Controller):
         cqs = {c["metadata"]["name"]: c for c in list_readonly(self.api, kq.CLUSTER_QUEUES)}
         lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q
                for q in list_readonly(self.api, kq.LOCAL_QUEUES)}
-        queue = self._pending_by_cq(list_readonly(self.api, kq.WORKLOADS), lqs, cqs).get(cq_name, [])
+        wls = [w for w in list_readonly(self.api, kq.WORKLOADS) if not _finished(w)]
+        queue = self._pending_by_cq(wls, lqs, cqs).get(cq_name, [])
         for wl in queue:
             self._seq.setdefault(wl["metadata"]["uid"], next(self._counter))
         return sorted(queue, key=self._order)

@@ -95,3 +95,26 @@ def as_dict():
     the ``torchdev`` variable the roles read."""
     return {name.lower(): value for name, value in globals().items()
             if name.isupper() and not name.startswith("_")}
+
+# --- TrainingJob (module_utils/trainingjob.py, trainingjob_status.py, torchdev_train) -------------
+TRAININGJOB_LABEL = API_GROUP + "/trainingjob"
+# On the Job: the attempt (status.restartCount when it was created).
+TRAINING_ATTEMPT_ANNOTATION = API_GROUP + "/attempt"
+# The training code's status writes (the torchdev_train library); the operator's are FIELD_MANAGER.
+TRAINING_FIELD_MANAGER = "torchdev-train"
+TRAINING_LIB_DIR = "/opt/torchdev/lib"
+TRAINING_HYPERPARAMETERS_PATH = "/etc/torchdev/hyperparameters.json"
+# Exit codes of a worker that no restart can fix: torchdev_train's configuration error (3),
+# command not executable (126), command not found (127).
+TRAINING_PERMANENT_EXIT_CODES = (3, 126, 127)
+# Status fields the library writes (field manager torchdev-train); the operator never writes them.
+TRAINING_LIBRARY_STATUS_FIELDS = ("progress", "currentEpoch", "metrics", "latestCheckpoint", "checkpoints",
+                                  "lastReportTime", "result")
+TRAININGJOB_STATES = ("Pending", "Queued", "Initializing", "Running", "Restarting", "Suspended", "Completed", "Failed")
+TRAININGJOB_REASONS = {
+    "Running": ("Running", "Initializing", "Queued", "Restarting", "Suspended", "Completed", "Failed"),
+    "Succeeded": ("AllEpochsCompleted", "TargetAccuracyReached", "EarlyStopped", "JobComplete"),
+    "Failed": ("BackoffLimitExceeded", "DeadlineExceeded", "PermanentFailure", "ImagePullFailed", "WorkerFailed",
+               "InvalidSpec", "InsufficientGPUs"),
+    "Degraded": ("AsExpected", "InvalidSpec", "InsufficientGPUs", "ReconcileError"),
+}

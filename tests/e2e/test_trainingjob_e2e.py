@@ -1,0 +1,174 @@
+"""End to end: kubesim + the local runtime + the real trainingjob role.
+
+The simulated kubelet runs no code, so each test plays the training code: it reports
+progress through the torchdev_train library (as rank 0 would, field manager torchdev-train)
+and ends a worker with the kubesim.io/succeed-after / fail-after annotations."""
+from __future__ import annotations
+
+import pytest
+
+from _e2e_helpers import GROUP, VERSION
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+NODES = "cpu:4x{cpu:16,memory:64Gi}; gpu:2x{cpu:16,memory:64Gi,nvidia.com/gpu:4,taints:[nvidia.com/gpu=present:NoSchedule]}"
+
+
+def tj(name, **spec):
+    body = {"model": "mlp", "dataset": "synthetic", "numWorkers": 2, "gpusPerWorker": 0,
+            "networking": {"backend": "gloo"}, "hyperparameters": {"epochs": 4}}
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name}, "spec": body}
+
+
+def batch(kube):
+    from kubernetes import client
+
+    return client.BatchV1Api(kube["client"])
+
+
+def get_tj(kube, ns, name):
+    return kube["custom"].get_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", name)
+
+
+def wait_state(sim, kube, ns, name, state, timeout=90):
+    return sim.wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("state") == state else None)(
+        get_tj(kube, ns, name)), timeout, interval=0.1, message=f"{ns}/{name} {state}")
+
+
+def workers(kube, ns, name):
+    return [p for p in kube["core"].list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+            if not p.metadata.deletion_timestamp]
+
+
+def annotate_workers(kube, ns, name, annotations):
+    """Annotate every worker (one that is gone meanwhile -- its group failed -- is skipped)."""
+    from kubernetes.client import ApiException
+
+    for p in workers(kube, ns, name):
+        try:
+            kube["core"].patch_namespaced_pod(p.metadata.name, ns, {"metadata": {"annotations": annotations}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def create(kube, ns, body):
+    return kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", body)
+
+
+def test_success_renders_indexed_job_and_reports_progress(sim, kube, runtime, ns):
+    from torchdev_train import Job, StatusWriter
+
+    create(kube, ns, tj("ok", checkpoint={"enabled": True}, successPolicy={"targetAccuracy": 0.99}))
+    obj = wait_state(sim, kube, ns, "ok", "Running")
+    assert obj["status"]["workers"]["active"] == 2 and obj["status"]["totalEpochs"] == 4
+    j = batch(kube).read_namespaced_job("ok", ns)
+    assert j.spec.completion_mode == "Indexed" and j.spec.parallelism == j.spec.completions == 2
+    assert j.spec.backoff_limit == 0 and j.spec.pod_failure_policy.rules[0].action == "FailJob"
+    pods = sorted(workers(kube, ns, "ok"), key=lambda p: p.metadata.name)
+    assert {p.spec.hostname for p in pods} == {"ok-0", "ok-1"} and {p.spec.subdomain for p in pods} == {"ok"}
+    env = {e.name: e for e in pods[0].spec.containers[0].env}
+    assert env["MASTER_ADDR"].value == f"ok-0.ok.{ns}.svc.cluster.local" and env["WORLD_SIZE"].value == "2"
+    assert env["NODE_RANK"].value_from.field_ref.field_path == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert env["TORCHDEV_CHECKPOINT_URI"].value == "/checkpoints/ok"
+    assert kube["core"].read_namespaced_service("ok", ns).spec.cluster_ip == "None"
+    assert "hyperparameters.json" in kube["core"].read_namespaced_config_map("ok-hyperparameters", ns).data
+    assert "__init__.py" in kube["core"].read_namespaced_config_map("ok-train-lib", ns).data
+    claim = kube["core"].read_namespaced_persistent_volume_claim("ok-checkpoints", ns)
+    assert not claim.metadata.owner_references  # checkpoints are user data
+    role = kube["rbac"].read_namespaced_role("ok-trainer", ns)
+    assert all(r.resource_names == ["ok"] for r in role.rules)
+
+    # the training code (rank 0) reports: progress reaches the status, the operator keeps its fields
+    writer = StatusWriter("ok", ns, server=sim.url, min_interval=0)
+    train = Job("ok", ns, epochs=4, target_accuracy=0.99, writer=writer, rank=0)
+    assert train.report(1, {"loss": 1.0, "accuracy": 0.5}) is False
+    st = sim.wait_for(lambda: (lambda o: o["status"] if o["status"].get("currentEpoch") == 1 else None)(
+        get_tj(kube, ns, "ok")), 30, message="progress in status")
+    assert st["progress"] == "25%" and st["metrics"] == {"loss": 1.0, "accuracy": 0.5} and st["state"] == "Running"
+    assert st["workers"]["active"] == 2 and st["conditions"]  # the operator's fields are untouched
+    assert train.report(2, {"loss": 0.5, "accuracy": 0.995}) is True  # the target accuracy
+    train.finish()
+    annotate_workers(kube, ns, "ok", {"kubesim.io/succeed-after": "0"})
+    obj = wait_state(sim, kube, ns, "ok", "Completed")
+    st = obj["status"]
+    # the operator's writes since left the library's fields alone
+    assert st["completionTime"] and st["duration"] and st["currentEpoch"] == 2 and st["progress"] == "50%"
+    assert st["result"]["reason"] == "TargetAccuracyReached" and st["metrics"]["accuracy"] == 0.995
+    cond = {c["type"]: c for c in st["conditions"]}
+    assert cond["Succeeded"]["status"] == "True" and cond["Succeeded"]["reason"] == "TargetAccuracyReached"
+
+
+def test_rank_failure_restarts_the_whole_group(sim, kube, runtime, ns):
+    create(kube, ns, tj("flaky", failurePolicy={"backoffLimit": 1}))
+    wait_state(sim, kube, ns, "flaky", "Running")
+    first = {p.metadata.uid for p in workers(kube, ns, "flaky")}
+    victim = sorted(workers(kube, ns, "flaky"), key=lambda p: p.metadata.name)[1]
+    kube["core"].patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {"annotations": {
+        "kubesim.io/fail-after": "0", "kubesim.io/exit-code": "137"}}})
+    obj = wait_state(sim, kube, ns, "flaky", "Restarting", timeout=60)
+    assert obj["status"]["restartCount"] == 1
+    assert "exited with code 137" in obj["status"]["lastRestartReason"]
+    obj = wait_state(sim, kube, ns, "flaky", "Running", timeout=90)  # after the back-off
+    second = {p.metadata.uid for p in workers(kube, ns, "flaky")}
+    assert len(second) == 2 and not first & second  # every worker is new
+    j = batch(kube).read_namespaced_job("flaky", ns)
+    assert j.metadata.annotations["torchdev.io/attempt"] == "1"
+    env = {e.name: e.value for e in j.spec.template.spec.containers[0].env}
+    assert env["TORCHDEV_ATTEMPT"] == "1"
+    # a second failure exceeds backoffLimit 1
+    annotate_workers(kube, ns, "flaky", {"kubesim.io/fail-after": "0"})
+    obj = wait_state(sim, kube, ns, "flaky", "Failed", timeout=60)
+    assert obj["status"]["failureReason"] == "BackoffLimitExceeded" and obj["status"]["restartCount"] == 1
+
+
+def test_permanent_failure_fails_at_once(sim, kube, runtime, ns):
+    create(kube, ns, tj("broken", failurePolicy={"backoffLimit": 5}))
+    wait_state(sim, kube, ns, "broken", "Running")
+    victim = workers(kube, ns, "broken")[0]
+    kube["core"].patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {"annotations": {
+        "kubesim.io/fail-after": "0", "kubesim.io/exit-code": "3"}}})
+    obj = wait_state(sim, kube, ns, "broken", "Failed", timeout=60)
+    assert obj["status"]["failureReason"] == "PermanentFailure" and not obj["status"].get("restartCount")
+
+
+def test_deadline_ends_the_run(sim, kube, runtime, ns):
+    create(kube, ns, tj("late", failurePolicy={"activeDeadlineSeconds": 4}))
+    sim.wait_for(lambda: workers(kube, ns, "late"), 60, message="workers started")
+    obj = wait_state(sim, kube, ns, "late", "Failed", timeout=60)
+    st = obj["status"]
+    assert st["failureReason"] == "DeadlineExceeded" and st["startTime"] and st["duration"]
+    sim.wait_for(lambda: not workers(kube, ns, "late"), 30, message="workers stopped")
+
+
+def test_suspend_and_resume(sim, kube, runtime, ns):
+    create(kube, ns, tj("pause"))
+    wait_state(sim, kube, ns, "pause", "Running")
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pause", {"spec": {"suspend": True}})
+    wait_state(sim, kube, ns, "pause", "Suspended")
+    sim.wait_for(lambda: not workers(kube, ns, "pause"), 30, message="workers stopped")
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pause", {"spec": {"suspend": False}})
+    wait_state(sim, kube, ns, "pause", "Running")
+    assert len(workers(kube, ns, "pause")) == 2
+
+
+def test_reconcile_of_an_unchanged_running_job_writes_nothing(sim, kube, runtime, ns):
+    create(kube, ns, tj("idem"))
+    wait_state(sim, kube, ns, "idem", "Running")
+    sim.wait_for(lambda: get_tj(kube, ns, "idem")["status"]["workers"]["active"] == 2, 30, message="settled")
+    before = len([r for r in runtime.history("TrainingJob") if r.name == "idem"])
+    sim.wait_for(lambda: len([r for r in runtime.history("TrainingJob") if r.name == "idem"]) > before, 60,
+                 message="one more reconcile (the watch period): the status is written")
+    sim.reset_metrics()
+    count = len([r for r in runtime.history("TrainingJob") if r.name == "idem"])
+    runtime.enqueue("TrainingJob", ns, "idem")
+    sim.wait_for(lambda: len([r for r in runtime.history("TrainingJob") if r.name == "idem"]) > count, 60,
+                 message="a reconcile of the unchanged job")
+    record = [r for r in runtime.history("TrainingJob") if r.name == "idem"][-1]
+    assert record.ok and record.ansible.get("changed", 0) == 0, record
+    from kubesim.metrics import WRITE_VERBS
+
+    writes = [r for r in sim.requests() if r.get("verb") in WRITE_VERBS and ns in str(r)]
+    assert writes == [], writes  # not even a status write
+    assert sim.metrics()["by_verb"].get("get", 0) > 0  # it did look

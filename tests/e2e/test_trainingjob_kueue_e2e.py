@@ -1,0 +1,94 @@
+"""End to end with Kueue: TrainingJobs queue behind quota as whole gangs.
+
+A ClusterQueue with 4 GPUs and the LocalQueue ``torchdev`` in the test namespace (as the
+DevUser role makes them). Two 2-worker x 2-GPU TrainingJobs: the first is admitted and runs,
+the second stays Queued (its Job suspended, no pod, status.queue) and starts when the first
+completes (Kueue's Workload Finished releases the quota)."""
+from __future__ import annotations
+
+import pytest
+
+from _e2e_helpers import GROUP, NODES, VERSION
+from kubesim import kueue as kq
+from kubesim.testing import KubeSim
+from test_trainingjob_e2e import annotate_workers, batch, create, tj, wait_state, workers
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with KubeSim(nodes=NODES, kueue=True) as s:
+        yield s
+
+
+def queue_for(kube, ns, gpus=4):
+    cq, flavor = f"cq-{ns}", f"rf-{ns}"
+    kube["custom"].create_cluster_custom_object(*KUEUE, "resourceflavors", {
+        "apiVersion": kq.API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}})
+    quota = {"cpu": 64, "memory": "512Gi", "nvidia.com/gpu": gpus}
+    kube["custom"].create_cluster_custom_object(*KUEUE, "clusterqueues", {
+        "apiVersion": kq.API_VERSION, "kind": "ClusterQueue", "metadata": {"name": cq},
+        "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO", "resourceGroups": [{
+            "coveredResources": list(quota),
+            "flavors": [{"name": flavor, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}]}]}})
+    kube["custom"].create_namespaced_custom_object(*KUEUE, ns, "localqueues", {
+        "apiVersion": kq.API_VERSION, "kind": "LocalQueue", "metadata": {"name": "torchdev", "namespace": ns},
+        "spec": {"clusterQueue": cq}})
+    return cq
+
+
+def gpu_tj(name):
+    return tj(name, gpusPerWorker=2, networking={"backend": "nccl"},
+              resources={"requests": {"cpu": "1", "memory": "1Gi"}})
+
+
+def test_second_job_queues_behind_quota_as_a_gang(sim, kube, runtime, ns):
+    cq = queue_for(kube, ns)
+    create(kube, ns, gpu_tj("first"))
+    obj = wait_state(sim, kube, ns, "first", "Running")
+    assert obj["status"]["allocatedGPUs"] == 4
+    job = batch(kube).read_namespaced_job("first", ns)
+    assert job.metadata.labels[kq.QUEUE_LABEL] == "torchdev" and job.spec.suspend is False
+
+    create(kube, ns, gpu_tj("second"))
+    obj = wait_state(sim, kube, ns, "second", "Queued")
+    assert obj["status"]["queue"]["name"] == "torchdev" and obj["status"]["queue"]["clusterQueue"] == cq
+    assert not obj["status"]["queue"]["admitted"]
+    assert batch(kube).read_namespaced_job("second", ns).spec.suspend is True
+    assert not workers(kube, ns, "second")  # nothing starts before the whole gang is admitted
+
+    annotate_workers(kube, ns, "first", {"kubesim.io/succeed-after": "0"})
+    wait_state(sim, kube, ns, "first", "Completed")
+    obj = wait_state(sim, kube, ns, "second", "Running", timeout=120)
+    assert len(workers(kube, ns, "second")) == 2 and "queue" not in obj["status"]
+    # an unchanged queued-then-admitted job: the operator does not fight Kueue over spec.suspend
+    assert batch(kube).read_namespaced_job("second", ns).spec.suspend is False
+
+
+def test_suspend_releases_the_quota(sim, kube, runtime, ns):
+    queue_for(kube, ns)
+    create(kube, ns, gpu_tj("hold"))
+    wait_state(sim, kube, ns, "hold", "Running")
+    create(kube, ns, gpu_tj("wait"))
+    wait_state(sim, kube, ns, "wait", "Queued")
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "hold", {"spec": {"suspend": True}})
+    wait_state(sim, kube, ns, "hold", "Suspended")
+    wait_state(sim, kube, ns, "wait", "Running", timeout=120)
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "hold", {"spec": {"suspend": False}})
+    obj = wait_state(sim, kube, ns, "hold", "Queued")  # resumed: back in the queue behind "wait"
+    assert obj["status"]["queue"]["position"] in (1, None)
+
+
+def test_missing_priority_class_fails_with_the_reason(sim, kube, runtime, ns):
+    queue_for(kube, ns)
+    body = gpu_tj("nopc")
+    body["spec"]["scheduling"] = {"priority": "does-not-exist"}
+    create(kube, ns, body)
+    obj = wait_state(sim, kube, ns, "nopc", "Failed")
+    st = obj["status"]
+    assert st["failureReason"] == "InvalidSpec"
+    degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and "does-not-exist" in degraded["message"]
+    assert not workers(kube, ns, "nopc")

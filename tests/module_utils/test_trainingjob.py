@@ -1,0 +1,126 @@
+"""Table-driven tests of plugins/module_utils/trainingjob.py (spec rules and rendering inputs)."""
+
+import json
+
+import pytest
+
+from ansible_collections.torchdev.operator.plugins.module_utils import trainingjob as tj
+
+
+def _spec(**kw):
+    base = {"model": "mlp", "dataset": "synthetic", "numWorkers": 2}
+    base.update(kw)
+    return base
+
+
+PROBLEMS = [
+    ({}, None),
+    ({"gpusPerWorker": 0, "networking": {"backend": "gloo"}}, None),
+    ({"framework": "jax"}, "spec.framework"),
+    ({"numWorkers": 0}, "spec.numWorkers"),
+    ({"checkpoint": {"storage": {"type": "gcs"}}}, "GCS and Azure are out of scope"),
+    ({"checkpoint": {"storage": {"type": "s3"}}}, "spec.checkpoint.storage.s3Bucket"),
+    ({"gpusPerWorker": 2, "resources": {"limits": {"nvidia.com/gpu": 4}}}, "spec.resources.limits"),
+    ({"env": [{"name": "TORCHDEV_NAME", "value": "x"}]}, "spec.env: TORCHDEV_NAME"),
+    ({"env": [{"name": "NODE_RANK", "value": "1"}]}, "spec.env: NODE_RANK"),
+    ({"gpusPerWorker": 0}, "spec.networking.backend"),  # nccl without GPUs
+]
+
+
+@pytest.mark.parametrize("spec,text", PROBLEMS)
+def test_spec_problem(spec, text):
+    problem = tj.spec_problem(_spec(**spec), "train", "ml")
+    if text is None:
+        assert problem is None
+    else:
+        assert problem["reason"] in ("InvalidSpec", "InsufficientGPUs") and text in problem["message"], problem
+
+
+def test_env_rendezvous_from_completion_index():
+    env = tj.env(_spec(gpusPerWorker=2, networking={"masterPort": 23456}), "bert", "ml", attempt=1)
+    by = {e["name"]: e for e in env}
+    assert by["MASTER_ADDR"]["value"] == "bert-0.bert.ml.svc.cluster.local"
+    assert by["MASTER_PORT"]["value"] == "23456"
+    assert by["TORCHDEV_RDZV_ENDPOINT"]["value"] == "bert-0.bert.ml.svc.cluster.local:23456"
+    assert by["WORLD_SIZE"]["value"] == "4" and by["NNODES"]["value"] == "2" and by["NPROC_PER_NODE"]["value"] == "2"
+    assert by["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert by["TORCHDEV_ATTEMPT"]["value"] == "1" and by["TORCHDEV_BACKEND"]["value"] == "nccl"
+    assert by["NCCL_SOCKET_IFNAME"]["value"] == "eth0"
+    assert "TORCHDEV_CHECKPOINT_URI" not in by
+    names = [e["name"] for e in env]
+    assert names == sorted(names)
+
+
+@pytest.mark.parametrize("storage,uri,extra", [
+    ({"type": "pvc"}, "/checkpoints/bert", {}),
+    ({"type": "pvc", "claimName": "mine", "mountPath": "/data/ckpt"}, "/data/ckpt/bert", {}),
+    ({"type": "s3", "s3Bucket": "ckpts", "s3Endpoint": "http://minio:9000", "secretName": "aws"},
+     "s3://ckpts/ml/bert", {"AWS_ENDPOINT_URL": "http://minio:9000"}),
+    ({"type": "s3", "s3Bucket": "ckpts", "s3Prefix": "/runs/b/"}, "s3://ckpts/runs/b", {}),
+])
+def test_env_checkpoints(storage, uri, extra):
+    spec = _spec(gpusPerWorker=0, networking={"backend": "gloo"},
+                 checkpoint={"enabled": True, "frequency": 2, "retention": 5, "storage": storage},
+                 successPolicy={"targetAccuracy": 0.9}, env=[{"name": "USER_VAR", "value": "1"}])
+    env = tj.env(spec, "bert", "ml")
+    by = {e["name"]: e for e in env}
+    assert by["TORCHDEV_CHECKPOINT_URI"]["value"] == uri
+    assert by["TORCHDEV_CHECKPOINT_RETENTION"]["value"] == "5" and by["TORCHDEV_CHECKPOINT_FREQUENCY"]["value"] == "2"
+    assert by["TORCHDEV_TARGET_ACCURACY"]["value"] == "0.9"
+    for k, v in extra.items():
+        assert by[k]["value"] == v
+    if storage.get("secretName"):
+        assert by["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "aws", "key": "AWS_SECRET_ACCESS_KEY"}
+    else:
+        assert "AWS_ACCESS_KEY_ID" not in by
+    assert env[-1] == {"name": "USER_VAR", "value": "1"}  # the user's last, in order
+
+
+@pytest.mark.parametrize("spec,claim", [
+    ({}, ""),
+    ({"checkpoint": {"enabled": True}}, "bert-checkpoints"),
+    ({"checkpoint": {"enabled": True, "storage": {"claimName": "mine"}}}, "mine"),
+    ({"checkpoint": {"enabled": True, "storage": {"type": "s3", "s3Bucket": "b"}}}, ""),
+])
+def test_checkpoint_claim(spec, claim):
+    assert tj.checkpoint_claim(_spec(**spec), "bert") == claim
+
+
+def test_resources_and_tolerations():
+    spec = _spec(gpusPerWorker=2, resources={"requests": {"cpu": 4, "memory": "16Gi"}})
+    assert tj.resources(spec) == {"limits": {"nvidia.com/gpu": "2"},
+                                  "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}}
+    assert tj.tolerations(spec) == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    cpu = _spec(gpusPerWorker=0)
+    assert tj.resources(cpu) == {} and tj.tolerations(cpu) == []
+
+
+def test_hyperparameters_document():
+    doc = json.loads(tj.hyperparameters(_spec(hyperparameters={"learningRate": 0.1, "additionalParams": {"wd": "0.01"}})))
+    assert doc["learningRate"] == 0.1 and doc["epochs"] == 1 and doc["optimizer"] == "adam"
+    assert doc["additionalParams"] == {"wd": "0.01"} and doc["model"] == "mlp"
+
+
+def test_trainer_rules_are_least_privilege():
+    rules = tj.trainer_rules("bert")
+    assert all(r["resourceNames"] == ["bert"] for r in rules)
+    assert {(r["resources"][0], tuple(r["verbs"])) for r in rules} == {
+        ("trainingjobs", ("get",)), ("trainingjobs/status", ("get", "patch"))}
+
+
+@pytest.mark.parametrize("live,queued,want", [
+    (None, False, None),
+    (None, True, True),
+    ({"spec": {"suspend": False}}, True, False),
+    ({"spec": {"suspend": True}}, True, True),
+])
+def test_keep_suspend(live, queued, want):
+    objs = [{"kind": "Job", "spec": {"parallelism": 2}}, {"kind": "Service", "spec": {}}]
+    out = tj.keep_suspend(objs, live, queued)
+    assert out[0]["spec"].get("suspend") == want and out[1] == objs[1]
+
+
+@pytest.mark.parametrize("annotations,attempt", [({}, None), ({"torchdev.io/attempt": "2"}, 2), ({"torchdev.io/attempt": "x"}, None)])
+def test_attempt_of(annotations, attempt):
+    assert tj.attempt_of({"metadata": {"annotations": annotations}}) == attempt

@@ -1,0 +1,150 @@
+"""Table-driven tests of plugins/module_utils/trainingjob_status.py: the lifecycle decision
+(whole-group restart with back-off, deadline, permanent failures, suspend, Kueue) and the
+status the operator writes (never the library's fields)."""
+
+import pytest
+
+from ansible_collections.torchdev.operator.plugins.module_utils import trainingjob_status as ts
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import TRAINING_LIBRARY_STATUS_FIELDS
+
+NOW = "2026-01-01T00:10:00Z"
+
+
+def _tj(status=None, **spec):
+    body = {"model": "m", "dataset": "d", "numWorkers": 2, "gpusPerWorker": 1}
+    body.update(spec)
+    return {"metadata": {"name": "t", "namespace": "ns", "generation": 3}, "spec": body, "status": status or {}}
+
+
+def _job(attempt=0, uid="j1", suspend=False, cond=None, **status):
+    st = dict(status)
+    if cond:
+        st["conditions"] = [{"type": cond[0], "status": "True", "reason": cond[1], "message": cond[2] if len(cond) > 2 else ""}]
+    return {"metadata": {"name": "t", "uid": uid, "annotations": {"torchdev.io/attempt": str(attempt)}},
+            "spec": {"suspend": suspend}, "status": st}
+
+
+def _pod(index, phase="Failed", code=1, uid="j1", waiting=None):
+    cs = {"name": "trainer", "image": "img"}
+    if waiting:
+        cs["state"] = {"waiting": {"reason": waiting}}
+    elif phase == "Failed":
+        cs["state"] = {"terminated": {"exitCode": code, "reason": "Error"}}
+    else:
+        cs["state"] = {"running": {}}
+    return {"metadata": {"name": "t-%d-abcde" % index, "ownerReferences": [{"uid": uid}],
+                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
+            "status": {"phase": phase, "containerStatuses": [cs]}}
+
+
+CASES = [
+    # (name, tj, job, pods, expected subset)
+    ("new", _tj(), None, [], {"run": True, "state": "Pending", "requeue": 2.0}),
+    ("queued by kueue", _tj(), _job(suspend=True), [], {"run": True, "state": "Queued", "requeue": None}),
+    ("starting", _tj(), _job(active=2, ready=1, startTime="2026-01-01T00:09:00Z"), [],
+     {"run": True, "state": "Initializing", "startTime": "2026-01-01T00:09:00Z"}),
+    ("running", _tj(), _job(active=2, ready=2), [], {"run": True, "state": "Running", "requeue": 30.0}),
+    ("suspended", _tj(suspend=True), _job(active=2, ready=2), [], {"run": False, "state": "Suspended"}),
+    ("complete, library result", _tj({"state": "Running", "result": {"reason": "EarlyStopped", "message": "no gain"}}),
+     _job(cond=("Complete", "CompletionsReached")), [],
+     {"run": True, "state": "Completed", "reason": "EarlyStopped", "completionTime": NOW}),
+    ("complete, no library", _tj({"state": "Running"}), _job(cond=("Complete", "CompletionsReached")), [],
+     {"state": "Completed", "reason": "JobComplete"}),
+    ("rank failure restarts the group", _tj({"state": "Running", "restartCount": 0}),
+     _job(cond=("Failed", "PodFailurePolicy")), [_pod(1, code=1), _pod(0, phase="Running")],
+     {"run": False, "state": "Restarting", "restartCount": 1, "attempt": 1, "lastRestartTime": NOW, "requeue": 10.0}),
+    ("second restart doubles the back-off", _tj({"state": "Running", "restartCount": 1}),
+     _job(attempt=1, cond=("Failed", "PodFailurePolicy")), [_pod(0)],
+     {"state": "Restarting", "restartCount": 2, "requeue": 20.0}),
+    ("backoff limit", _tj({"state": "Running", "restartCount": 3}),
+     _job(attempt=3, cond=("Failed", "PodFailurePolicy")), [_pod(0)],
+     {"run": True, "state": "Failed", "reason": "BackoffLimitExceeded", "failureReason": "BackoffLimitExceeded"}),
+    ("restartPolicy Never", _tj({"state": "Running"}, failurePolicy={"restartPolicy": "Never"}),
+     _job(cond=("Failed", "PodFailurePolicy")), [_pod(0)], {"state": "Failed", "reason": "WorkerFailed"}),
+    ("permanent exit code", _tj({"state": "Running"}), _job(cond=("Failed", "PodFailurePolicy")), [_pod(1, code=3)],
+     {"state": "Failed", "reason": "PermanentFailure", "restartCount": 0}),
+    ("command not found", _tj({"state": "Running"}), _job(cond=("Failed", "PodFailurePolicy")), [_pod(0, code=127)],
+     {"state": "Failed", "reason": "PermanentFailure"}),
+    ("bad image", _tj({"state": "Initializing"}), _job(active=2), [_pod(0, phase="Pending", waiting="ErrImagePull")],
+     {"run": False, "state": "Failed", "reason": "ImagePullFailed"}),
+    ("job deadline", _tj({"state": "Running"}), _job(cond=("Failed", "DeadlineExceeded")), [],
+     {"state": "Failed", "reason": "DeadlineExceeded"}),
+    ("deadline passed", _tj({"state": "Running", "startTime": "2026-01-01T00:00:00Z"},
+                            failurePolicy={"activeDeadlineSeconds": 600}), _job(active=2, ready=2), [],
+     {"run": False, "state": "Failed", "reason": "DeadlineExceeded"}),
+    ("deadline ahead is a requeue", _tj({"state": "Running", "startTime": "2026-01-01T00:00:00Z"},
+                                        failurePolicy={"activeDeadlineSeconds": 900}), _job(active=2, ready=2), [],
+     {"run": True, "state": "Running", "requeue": 30.0}),
+    ("deadline sooner than the watch", _tj({"state": "Running", "startTime": "2026-01-01T00:00:00Z"},
+                                           failurePolicy={"activeDeadlineSeconds": 610}), _job(active=2, ready=2), [],
+     {"run": True, "state": "Running", "requeue": 10.0}),
+    ("backoff pending", _tj({"state": "Restarting", "restartCount": 1, "lastRestartTime": "2026-01-01T00:09:55Z"}),
+     None, [], {"run": False, "state": "Restarting", "requeue": 5.0}),
+    ("backoff over", _tj({"state": "Restarting", "restartCount": 1, "lastRestartTime": "2026-01-01T00:09:00Z"}),
+     None, [], {"run": True, "state": "Pending", "attempt": 1}),
+    ("old attempt still there", _tj({"state": "Restarting", "restartCount": 1, "lastRestartTime": "2026-01-01T00:00:00Z"}),
+     _job(attempt=0, cond=("Failed", "PodFailurePolicy")), [], {"run": False, "state": "Restarting", "restartCount": 1}),
+    ("final stays final", _tj({"state": "Completed", "completionTime": "2026-01-01T00:05:00Z"}),
+     None, [], {"run": False, "state": "Completed", "completionTime": "2026-01-01T00:05:00Z"}),
+    ("final keeps its job", _tj({"state": "Failed", "failureReason": "BackoffLimitExceeded"}),
+     _job(cond=("Failed", "PodFailurePolicy")), [], {"run": True, "state": "Failed"}),
+]
+
+
+@pytest.mark.parametrize("tj,job,pods,want", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decide(tj, job, pods, want):
+    got = ts.decide(tj, job, pods, NOW, backoff_base=10, watch_period=30)
+    assert {k: got[k] for k in want} == want, got
+
+
+def test_rank_failure_message_names_worker_and_exit_code():
+    got = ts.decide(_tj({"state": "Running"}), _job(cond=("Failed", "PodFailurePolicy")),
+                    [_pod(0, phase="Running"), _pod(1, code=137)], NOW)
+    assert got["lastRestartReason"] == "worker 1 (pod t-1-abcde) exited with code 137 (Error)"
+
+
+@pytest.mark.parametrize("restarts,base,want", [(1, 10, 10), (2, 10, 20), (3, 10, 40), (10, 10, 300), (1, 2, 2)])
+def test_backoff(restarts, base, want):
+    assert ts.backoff(restarts, base) == want
+
+
+@pytest.mark.parametrize("start,end,want", [("2026-01-01T00:00:00Z", "2026-01-01T01:02:03Z", "1h2m3s"),
+                                            ("2026-01-01T00:00:00Z", "2026-01-01T00:00:09Z", "9s"), (None, NOW, "")])
+def test_duration(start, end, want):
+    assert ts.duration(start, end) == want
+
+
+def test_status_never_writes_library_fields():
+    tj = _tj({"state": "Running", "progress": "50%", "metrics": {"loss": 1.0}, "currentEpoch": 3})
+    job = _job(active=2, ready=2)
+    st = ts.status(tj, ts.decide(tj, job, [], NOW), job, None)
+    assert not set(TRAINING_LIBRARY_STATUS_FIELDS) & set(st)
+    assert st["state"] == "Running" and st["workers"] == {"active": 2, "succeeded": 0, "failed": 0}
+    assert st["allocatedGPUs"] == 2 and st["totalEpochs"] == 1 and st["observedGeneration"] == 3
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Running"]["status"] == "True" and conds["Failed"]["status"] == "False"
+    assert st["completionTime"] is None and st["duration"] is None
+
+
+def test_status_final_and_queued():
+    tj = _tj({"state": "Running", "startTime": "2026-01-01T00:00:00Z"}, failurePolicy={"activeDeadlineSeconds": 60})
+    st = ts.status(tj, ts.decide(tj, _job(active=2, ready=2), [], NOW), None, None)
+    assert st["state"] == "Failed" and st["failureReason"] == "DeadlineExceeded" and st["duration"] == "10m0s"
+    assert {c["type"]: c["status"] for c in st["conditions"]}["Failed"] == "True"
+    queue = {"name": "torchdev", "position": 2, "admitted": False, "message": "waiting for quota in ClusterQueue cq at position 2"}
+    job = _job(suspend=True)
+    st = ts.status(_tj(), ts.decide(_tj(), job, [], NOW), job, queue)
+    assert st["state"] == "Queued" and st["queue"]["position"] == 2
+    assert "position 2" in {c["type"]: c for c in st["conditions"]}["Running"]["message"]
+
+
+def test_rejected_status():
+    st = ts.rejected_status(_tj(), {"reason": "InvalidSpec", "message": "spec.env: NODE_RANK is set by the operator"})
+    assert st["state"] == "Failed" and st["failureReason"] == "InvalidSpec"
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Degraded"]["status"] == "True" and "NODE_RANK" in conds["Failed"]["message"]
+
+
+@pytest.mark.parametrize("requeue,want", [(None, ""), (0.2, "1s"), (9.5, "10s"), (300.0, "300s")])
+def test_requeue(requeue, want):
+    assert ts.requeue({"requeue": requeue}) == want
