@@ -41,7 +41,7 @@ def load(path: Path) -> dict:
 
 
 CRDS = {"DevServer": load(DEVSERVER_CRD), "DevServerFlavor": load(FLAVOR_CRD), "DevUser": load(DEVUSER_CRD)}
-CRDS["TrainingJob"] = load(CRD_DIR / "bases" / "torchdev.io_trainingjobs.yaml")  # admission cases: tests/trainingjob/test_crd.py
+CRDS["TrainingJob"] = load(CRD_DIR / "bases" / "torchdev.io_trainingjobs.yaml")  # admission cases: tests/trainingjob/test_trainingjob_crd.py
 
 
 def version_of(crd: dict, name: str = VERSION) -> dict:
