@@ -12,6 +12,7 @@ import click
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_duration
 from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity
+from ansible_collections.torchdev.operator.plugins.module_utils.startup import describe as describe_startup
 
 from . import API_VERSION, GROUP
 from .config import EMAIL_RE, Settings
@@ -504,6 +505,8 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
     lines.append(("Created", f"{meta.get('creationTimestamp', '')} ({age(meta.get('creationTimestamp'))} ago)"))
     lines.append(("Phase", phase_of(obj)))
     lines.append(("Replicas", f"{ready_column(obj)} ready"))
+    if status.get("startup"):
+        lines.append(("Time to Ready", describe_startup(status["startup"])))
     lines += lifecycle_lines(obj)
     if spec.get("enableSSH", True) is False:
         lines.append(("SSH", "disabled"))

@@ -17,6 +17,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import
 
 PHASES = ("Pending", "Queued", "Provisioning", "Running", "Suspended", "Stopped", "Expired", "Failed")
 END_REASONS = ("Expired", "Cancelled", "Idle", "Stopped", "Deleted")
+STARTUP_PHASES = ("queued", "scheduled", "volumes", "containers", "ready")  # status.startup.phases
 TIME_TO_READY_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
 
 
@@ -60,8 +61,10 @@ class Store:
         self.dollars: dict[tuple[str, str], float] = {}       # (user, flavor) -> dollars spent
         self.ready_hist: dict[str, list[int]] = {}            # flavor -> bucket counts
         self.ready_sum: dict[str, float] = {}
+        self.phase_hist: dict[tuple[str, str], list[int]] = {}  # (flavor, startup phase) -> bucket counts
+        self.phase_sum: dict[tuple[str, str], float] = {}
+        self._startups_seen: set[tuple[str, str, str]] = set()
         self._seen_starts: set[tuple[str, str, str]] = set()
-        self._ready_observed: set[tuple[str, str]] = set()
         self._seen_ends: set[tuple[str, str, str]] = set()
         self._running_since: dict[tuple[str, str], float] = {}
         self.reconciles: dict[tuple[str, str], float] = {}    # (kind, result) from the runtime, if any
@@ -101,17 +104,22 @@ class Store:
         status = (ds or {}).get("status") or {}
         if ds is not None and status.get("phase") == "Running":
             self._running_since[key] = now
+        startup = status.get("startup") or {}
+        if ds is not None and startup.get("complete"):
+            mark = (key[0], key[1], str(startup.get("readyAt")))
+            if mark not in self._startups_seen:  # each start once: its total and each phase
+                self._startups_seen.add(mark)
+                self._observe(self.ready_hist, self.ready_sum, flavor_name, float(startup.get("totalSeconds") or 0))
+                for phase_name in STARTUP_PHASES:
+                    seconds = (startup.get("phases") or {}).get(phase_name)
+                    if seconds is not None:
+                        self._observe(self.phase_hist, self.phase_sum, (flavor_name, phase_name), float(seconds))
         res = status.get("reservation") or {}
         if ds is not None and res.get("startedAt"):
             mark = (key[0], key[1], res["startedAt"])
             if mark not in self._seen_starts:
                 self._seen_starts.add(mark)
                 self.started[(user, flavor_name)] = self.started.get((user, flavor_name), 0) + 1
-                created = _seconds((ds.get("metadata") or {}).get("creationTimestamp"))
-                started = _seconds(res["startedAt"])
-                if created is not None and started is not None and key not in self._ready_observed:
-                    self._ready_observed.add(key)  # the first Ready of this server
-                    self._observe_ready(flavor_name, max(0.0, started - created))
             if res.get("endReason"):
                 end = (key[0], key[1], res["startedAt"])
                 if end not in self._seen_ends:
@@ -140,12 +148,13 @@ class Store:
         self.gpu_seconds[lk] = self.gpu_seconds.get(lk, 0.0) + hours * 3600.0 * replicas * _gpus(flavor)
         self.dollars[lk] = self.dollars.get(lk, 0.0) + hours * replicas * _price(flavor)
 
-    def _observe_ready(self, flavor: str, seconds: float) -> None:
-        counts = self.ready_hist.setdefault(flavor, [0] * len(TIME_TO_READY_BUCKETS))
+    @staticmethod
+    def _observe(hist: dict, sums: dict, key, seconds: float) -> None:
+        counts = hist.setdefault(key, [0] * len(TIME_TO_READY_BUCKETS))
         for i, bound in enumerate(TIME_TO_READY_BUCKETS):
             if seconds <= bound:
                 counts[i] += 1
-        self.ready_sum[flavor] = self.ready_sum.get(flavor, 0.0) + seconds
+        sums[key] = sums.get(key, 0.0) + seconds
 
     def tick(self) -> None:
         """Bring GPU time and cost of the running servers up to now (before each scrape)."""
@@ -224,6 +233,7 @@ def collect(store: Store) -> Iterable:
         started, ended = dict(store.started), dict(store.ended)
         gpu_seconds, dollars = dict(store.gpu_seconds), dict(store.dollars)
         hist, hsum = {k: list(v) for k, v in store.ready_hist.items()}, dict(store.ready_sum)
+        phase_hist, phase_sum = {k: list(v) for k, v in store.phase_hist.items()}, dict(store.phase_sum)
     fam = CounterMetricFamily("torchdev_reservations_started", "Reservations started (a first Ready after a start).",
                               labels=["user", "flavor"])
     for key, value in sorted(started.items()):
@@ -245,8 +255,18 @@ def collect(store: Store) -> Iterable:
         fam.add_metric(list(key), value)
     yield fam
     fam = HistogramMetricFamily("torchdev_time_to_ready_seconds",
-                                "From a DevServer's creation to its first Ready, per flavor.", labels=["flavor"])
+                                "Time to Ready of each start of a DevServer (status.startup.totalSeconds), per flavor.",
+                                labels=["flavor"])
     for flavor, counts in sorted(hist.items()):
-        buckets = [("+Inf" if b == float("inf") else str(b), c) for b, c in zip(TIME_TO_READY_BUCKETS, counts)]
-        fam.add_metric([flavor], buckets, hsum.get(flavor, 0.0))
+        fam.add_metric([flavor], _buckets(counts), hsum.get(flavor, 0.0))
     yield fam
+    fam = HistogramMetricFamily("torchdev_time_to_ready_phase_seconds",
+                                "Each phase of the time to Ready of a start (status.startup.phases): queued, "
+                                "scheduled, volumes, containers, ready; per flavor.", labels=["flavor", "phase"])
+    for key, counts in sorted(phase_hist.items()):
+        fam.add_metric(list(key), _buckets(counts), phase_sum.get(key, 0.0))
+    yield fam
+
+
+def _buckets(counts: list[int]) -> list[tuple[str, int]]:
+    return [("+Inf" if b == float("inf") else str(b), c) for b, c in zip(TIME_TO_READY_BUCKETS, counts)]

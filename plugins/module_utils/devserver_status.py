@@ -13,6 +13,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.conditions impor
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import POD_INDEX_LABEL
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver import spec_warnings
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status, reservation_problem, stopped_phase
+from ansible_collections.torchdev.operator.plugins.module_utils.startup import startup
 
 def _sts_counts(sts):
     status = (sts or {}).get("status") or {}
@@ -202,6 +203,7 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     if ssh_service:
         status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))
         status["sshCommand"] = "devctl ssh %s -n %s" % (meta.get("name"), meta.get("namespace"))
+    status["startup"] = startup(cr, pods, desired_replicas, current == "Running", queue=queue, now=now)
     if current == "Running":
         status["startTime"] = old.get("startTime") if old.get("phase") == "Running" and old.get("startTime") else now
     if current == "Running":

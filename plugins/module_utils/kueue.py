@@ -179,7 +179,7 @@ def queue_problem(kueue):
 
 def queue_status(kueue, sts, local_queue="torchdev", eta=None):
     """Where a DevServer's StatefulSet stands in Kueue, or None when it is not queued:
-    {name, clusterQueue, workload, position, estimatedStartTime, admitted, message}.
+    {name, clusterQueue, workload, position, estimatedStartTime, admitted, admittedAt, message}.
     ``position`` is 1-based in the ClusterQueue (visibility API), None when admitted or
     unknown; ``eta``: queue_eta's result while pending (estimatedStartTime None = unknown)."""
     queue = queue_name(sts)
@@ -206,6 +206,7 @@ def queue_status(kueue, sts, local_queue="torchdev", eta=None):
         "position": place,
         "estimatedStartTime": (eta or {}).get("estimatedStartTime"),
         "admitted": is_admitted,
+        "admittedAt": (condition(workload, "Admitted") or {}).get("lastTransitionTime") if is_admitted else None,
         "message": message[:MESSAGE_LIMIT],
     }
 

@@ -259,6 +259,22 @@ def test_get_table_shows_the_warnings(devctl, cluster):
     assert "Warnings:" not in devctl("get", "gw").stdout
 
 
+def test_get_table_shows_the_time_to_ready_by_phase(devctl, cluster):
+    cluster.create_devserver("gt")
+    cluster.set_status("gt", phase="Provisioning", startup={"startedAt": "2026-01-01T00:00:00Z", "complete": False,
+                                                            "phases": {"queued": 10, "scheduled": 2}})
+    assert _line(devctl("get", "gt").stdout, "Time to Ready:") == "starting (queued 10s, scheduled 2s so far)"
+    cluster.set_status("gt", phase="Running", startup={
+        "startedAt": "2026-01-01T00:00:00Z", "readyAt": "2026-01-01T00:00:35Z", "totalSeconds": 35, "complete": True,
+        "phases": {"queued": 10, "scheduled": 2, "volumes": 4, "containers": 14, "ready": 5}})
+    assert _line(devctl("get", "gt").stdout, "Time to Ready:") == \
+        "35s (queued 10s, scheduled 2s, volumes 4s, containers 14s, ready 5s)"
+
+
+def _line(out, label):
+    return next(line[len(label):].strip() for line in out.splitlines() if line.startswith(label))
+
+
 def test_get_events_last_ten(devctl, cluster):
     cluster.create_devserver("g3")
     for i in range(12):

@@ -8,6 +8,7 @@ the pods.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timezone
 
 import pytest
 
@@ -15,6 +16,10 @@ from _e2e_helpers import (GROUP, ROOT, VERSION, condition, devserver, get_ds, lo
                           warning_events)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def stamp(value):
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
 
 def pod(kube, ns, name):
@@ -40,6 +45,14 @@ def test_create_to_ready(sim, kube, runtime, ns):
         assert [r.uid for r in s.metadata.owner_references] == [uid]
     p = pod(kube, ns, "alpha")
     assert p.status.phase == "Running"
+    # issue 13.2: the time to Ready by phase, from the pod's own stamps (not queued: queued 0)
+    su = st["startup"]
+    assert su["complete"] and su["startedAt"] == obj["metadata"]["creationTimestamp"] and su["phases"]["queued"] == 0
+    stamps = {c.type: c.last_transition_time for c in p.status.conditions}
+    created = stamp(su["startedAt"])
+    assert su["phases"]["scheduled"] == int((stamps["PodScheduled"] - created).total_seconds())
+    assert stamp(su["readyAt"]) == stamps["Ready"]
+    assert sum(su["phases"].values()) == su["totalSeconds"] == int((stamps["Ready"] - created).total_seconds())
     assert p.spec.node_name.startswith("cpu-")  # the flavor's nodeSelector
     container = p.spec.containers[0]
     assert container.resources.requests["cpu"] == "2"
@@ -71,7 +84,7 @@ def test_reconcile_of_unchanged_devserver_writes_nothing(sim, kube, runtime, ns)
 def test_flavor_change_rolls_the_pod(sim, kube, runtime, ns):
     kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
                                                    devserver("roll"))
-    wait_ready(sim, kube, ns, "roll")
+    last_start = wait_ready(sim, kube, ns, "roll")["status"]["startup"]
     first = pod(kube, ns, "roll")
     patch = {"spec": {"flavor": "gpu-a10g-1"}}
     kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "roll", patch)
@@ -84,6 +97,13 @@ def test_flavor_change_rolls_the_pod(sim, kube, runtime, ns):
     assert second.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
     obj = wait_ready(sim, kube, ns, "roll")
     assert obj["spec"]["flavor"] == "gpu-a10g-1"
+    # the replaced pod is a new start: its time to Ready counts from that pod's creation
+    obj = sim.wait_for(lambda: (lambda o: o if (o["status"].get("startup") or {}).get("complete") else None)(
+        get_ds(kube, ns, "roll")), 60, message="the new start's time to Ready")
+    began = stamp(obj["status"]["startup"]["startedAt"])
+    assert stamp(last_start["readyAt"]) <= began <= second.metadata.creation_timestamp
+    ready = {c.type: c.last_transition_time for c in pod(kube, ns, "roll").status.conditions}["Ready"]
+    assert stamp(obj["status"]["startup"]["readyAt"]) == ready
 
 
 def test_delete_removes_children_and_keeps_home(sim, kube, runtime, ns):

@@ -231,7 +231,7 @@ def test_namespace_without_local_queue_is_not_queued(sim, kube, runtime, ns):
 def test_queued_server_shows_an_eta_from_the_reservations_and_starts_near_it(sim, kube, runtime, ns, priority_classes):
     """Issue 12.6: the ETA of a queued server is when enough of the quota it waits for is freed
     by the expiring reservations that hold it; here the first one ends on time (its expiry)."""
-    from datetime import datetime, timezone
+    from datetime import datetime, timedelta, timezone
 
     def ts(value):
         return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
@@ -252,4 +252,11 @@ def test_queued_server_shows_an_eta_from_the_reservations_and_starts_near_it(sim
     obj = wait_ready(sim, kube, ns, "waiting", timeout=180)
     started = ts(obj["status"]["reservation"]["startedAt"])
     assert abs((started - eta).total_seconds()) <= 60, (started, eta)
+    # issue 13.2: its time to Ready, by phase, from its creation; most of it queued
+    startup = obj["status"]["startup"]
+    assert startup["complete"] and startup["startedAt"] == obj["metadata"]["creationTimestamp"]
+    assert list(startup["phases"]) == ["queued", "scheduled", "volumes", "containers", "ready"]
+    assert sum(startup["phases"].values()) == startup["totalSeconds"]
+    assert ts(startup["readyAt"]) - ts(startup["startedAt"]) == timedelta(seconds=startup["totalSeconds"])
+    assert startup["phases"]["queued"] >= 1 and startup["phases"]["queued"] == max(startup["phases"].values())
     assert get_ds(kube, ns, "short")["status"]["phase"] == "Expired"

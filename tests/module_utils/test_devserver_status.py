@@ -4,6 +4,8 @@ import pytest
 
 from ansible_collections.torchdev.operator.plugins.module_utils import conditions, devserver_status
 
+NOW = "2026-01-01T00:00:00Z"
+
 
 def _sts(ready=0, replicas=1, gen=1, observed=1, updated=None, cur="r1", upd="r1"):
     return {"metadata": {"generation": gen},
@@ -27,13 +29,13 @@ def _progressing_since(ts, phase="Provisioning"):
 
 
 def _running(restarts=0):
-    return {"state": {"running": {"startedAt": "T"}}, "ready": True, "restartCount": restarts, "name": "dev"}
+    return {"state": {"running": {"startedAt": NOW}}, "ready": True, "restartCount": restarts, "name": "dev"}
 
 
 def _pod(index, phase="Running", ready=True, node="cpu-0", containers=None, name="x", deleting=False, label=True):
     meta = {"name": "%s-%d" % (name, index), "labels": {"apps.kubernetes.io/pod-index": str(index)} if label else {}}
     if deleting:
-        meta["deletionTimestamp"] = "T"
+        meta["deletionTimestamp"] = NOW
     return {"metadata": meta, "spec": {"nodeName": node} if node else {},
             "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                        "containerStatuses": containers if containers is not None else [_running()]}}
@@ -69,7 +71,7 @@ def test_phase(desired, sts, suspended, failed, phase):
     (_cr(suspend=True), _sts(0, 0), 0, "Suspended", "Suspended", "Reconciled"),
 ])
 def test_devserver_status(cr, sts, replicas, phase, ready_reason, progress_reason):
-    status = devserver_status.devserver_status(cr, sts, replicas, "h", "x-ssh", now="T")
+    status = devserver_status.devserver_status(cr, sts, replicas, "h", "x-ssh", now=NOW)
     conds = {c["type"]: c for c in status["conditions"]}
     assert status["phase"] == phase
     assert conds["Ready"]["reason"] == ready_reason and conds["Progressing"]["reason"] == progress_reason
@@ -81,10 +83,10 @@ def test_devserver_status(cr, sts, replicas, phase, ready_reason, progress_reaso
 
 
 def test_start_time_is_kept_while_running():
-    assert devserver_status.devserver_status(_cr(), _sts(1), 1, "h", now="T1")["startTime"] == "T1"
-    running = _cr({"phase": "Running", "startTime": "T0"})
-    assert devserver_status.devserver_status(running, _sts(1), 1, "h", now="T1")["startTime"] == "T0"
-    assert "startTime" not in devserver_status.devserver_status(_cr(), _sts(0), 1, "h", now="T1")
+    assert devserver_status.devserver_status(_cr(), _sts(1), 1, "h", now="2026-01-01T00:01:00Z")["startTime"] == "2026-01-01T00:01:00Z"
+    running = _cr({"phase": "Running", "startTime": "2026-01-01T00:00:30Z"})
+    assert devserver_status.devserver_status(running, _sts(1), 1, "h", now="2026-01-01T00:01:00Z")["startTime"] == "2026-01-01T00:00:30Z"
+    assert "startTime" not in devserver_status.devserver_status(_cr(), _sts(0), 1, "h", now="2026-01-01T00:01:00Z")
 
 
 @pytest.mark.parametrize("status,now,expected", [
@@ -165,7 +167,7 @@ def test_replica_statuses(name, pods, replicas, expected):
      "Suspended", "AsExpected", ""),
 ])
 def test_devserver_status_replicas_and_pod_failed(name, cr, sts, replicas, pods, endpoint, phase, degraded, message):
-    status = devserver_status.devserver_status(cr, sts, replicas, "h", None, "T", pods, endpoint)
+    status = devserver_status.devserver_status(cr, sts, replicas, "h", None, NOW, pods, endpoint)
     conds = {c["type"]: c for c in status["conditions"]}
     assert status["phase"] == phase, name
     assert conds["Degraded"]["reason"] == degraded and conds["Degraded"]["message"] == message, name
@@ -177,11 +179,11 @@ def test_devserver_status_replicas_and_pod_failed(name, cr, sts, replicas, pods,
 def test_unchanged_status_needs_no_write():
     """What the apiserver stores reads back equal: an unchanged Ready server writes nothing."""
     pods = [_pod(i) for i in range(4)]
-    desired = devserver_status.devserver_status(_cr(mode="distributed"), _sts(4, 4), 4, "h", None, "T", pods, ENDPOINT)
+    desired = devserver_status.devserver_status(_cr(mode="distributed"), _sts(4, 4), 4, "h", None, NOW, pods, ENDPOINT)
     live = dict(desired, conditions=[dict(c, lastTransitionTime="T0") for c in desired["conditions"]])
     live = {k: v for k, v in live.items() if v is not None}
     assert conditions.status_changes(live, desired, desired["conditions"], 2) is None
-    standalone = devserver_status.devserver_status(_cr(), _sts(1, 1), 1, "h", "x-ssh", "T", [_pod(0)], "")
+    standalone = devserver_status.devserver_status(_cr(), _sts(1, 1), 1, "h", "x-ssh", NOW, [_pod(0)], "")
     live = {k: v for k, v in standalone.items() if v is not None}
     live["conditions"] = [dict(c, lastTransitionTime="T0") for c in standalone["conditions"]]
     assert conditions.status_changes(live, standalone, standalone["conditions"], 2) is None

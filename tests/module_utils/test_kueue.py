@@ -5,6 +5,8 @@ import pytest
 
 from ansible_collections.torchdev.operator.plugins.module_utils import devserver_status, kueue as kq
 
+NOW = "2026-01-01T00:00:00Z"
+
 QUEUE, PRIORITY = "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"
 LQ = {"metadata": {"name": "torchdev", "namespace": "dev-jane"}, "spec": {"clusterQueue": "torchdev-jane"}}
 
@@ -26,7 +28,8 @@ def workload(name="statefulset-x-abcde", owner_uid=None, job_uid=None, admitted=
     conds = []
     if admitted:
         conds += [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "ok"},
-                  {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "ok"}]
+                  {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "ok",
+                   "lastTransitionTime": "2026-01-01T00:00:07Z"}]
     elif reserved_message:
         conds += [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": reserved_message}]
     return {"metadata": meta, "status": {"conditions": conds}}
@@ -135,19 +138,19 @@ WHY = "couldn't assign flavors to pod set main: insufficient unused quota for nv
     ("pending with a position", dict(SERVED, workload=workload(reserved_message=WHY), pending=pending(in_cq=0)),
      sts("torchdev"),
      {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": 1,
-      "estimatedStartTime": None, "admitted": False,
+      "estimatedStartTime": None, "admitted": False, "admittedAt": None,
       "message": "waiting for quota in ClusterQueue torchdev-jane at position 1: " + WHY}),
     ("no Workload yet", SERVED, sts("torchdev"),
-     {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": None, "position": None, "estimatedStartTime": None, "admitted": False,
+     {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": None, "position": None, "estimatedStartTime": None, "admitted": False, "admittedAt": None,
       "message": "waiting for quota in ClusterQueue torchdev-jane"}),
     ("no visibility API: no position", dict(SERVED, workload=workload()), sts("torchdev"),
      {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": None,
-      "estimatedStartTime": None, "admitted": False, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
+      "estimatedStartTime": None, "admitted": False, "admittedAt": None, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
     ("admitted", dict(SERVED, workload=workload(admitted=True)), sts("torchdev"),
      {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": None,
-      "estimatedStartTime": None, "admitted": True, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
+      "estimatedStartTime": None, "admitted": True, "admittedAt": "2026-01-01T00:00:07Z", "message": "waiting for quota in ClusterQueue torchdev-jane"}),
     ("LocalQueue gone", {"served": True, "local_queue": None}, sts("torchdev"),
-     {"name": "torchdev", "clusterQueue": None, "workload": None, "position": None, "estimatedStartTime": None, "admitted": False,
+     {"name": "torchdev", "clusterQueue": None, "workload": None, "position": None, "estimatedStartTime": None, "admitted": False, "admittedAt": None,
       "message": "waiting for quota in LocalQueue torchdev"}),
 ])
 def test_queue_status(name, kueue, live, expected):
@@ -161,7 +164,7 @@ def _cr(status=None, **spec):
 def test_queued_devserver_status():
     queue = kq.queue_status(dict(SERVED, workload=workload(reserved_message=WHY), pending=pending(in_cq=1)),
                             sts("torchdev"), "torchdev")
-    status = devserver_status.devserver_status(_cr(), sts("torchdev"), 1, "h", "x-ssh", "T", [], None, queue)
+    status = devserver_status.devserver_status(_cr(), sts("torchdev"), 1, "h", "x-ssh", NOW, [], None, queue)
     conds = {c["type"]: c for c in status["conditions"]}
     assert status["phase"] == "Queued"
     assert status["queue"] == {"name": "torchdev", "clusterQueue": "torchdev-jane",
@@ -187,7 +190,7 @@ def test_queued_devserver_status():
 ])
 def test_devserver_status_with_kueue(name, cr, live, queue_input, phase, queue):
     replicas = 0 if cr["spec"].get("suspend") else 1
-    status = devserver_status.devserver_status(cr, live, replicas, "h", None, "T", [], None,
+    status = devserver_status.devserver_status(cr, live, replicas, "h", None, NOW, [], None,
                                 kq.queue_status(queue_input, live, "torchdev"))
     assert status["phase"] == phase, name
     assert status["queue"] == queue, name
