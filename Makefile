@@ -9,6 +9,7 @@ STAMP := $(VENV)/.setup-stamp
 # checkov cannot share .venv (its pins conflict with ours): its own virtualenv and lock file.
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.setup-stamp
+MONITORING_STAMP := hack/monitoring/node_modules/.setup-stamp
 IMG ?= ghcr.io/torchdev/torchdev-operator:0.1.0
 KUSTOMIZE := $(BIN)/kubectl kustomize
 KUBECTL := $(BIN)/kubectl
@@ -32,7 +33,7 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
+test: setup $(MONITORING_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
@@ -45,6 +46,12 @@ lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production prof
 	$(BIN)/ruff check --no-cache -q .
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
+
+# The Prometheus Operator's schemas (tests/observability/test_monitoring_schema.py): a pinned npm
+# package in hack/monitoring (package-lock.json), for the tests only.
+$(MONITORING_STAMP): hack/monitoring/package-lock.json
+	npm ci --prefix hack/monitoring --no-audit --no-fund --silent
+	@touch $(MONITORING_STAMP)
 
 $(CHECKOV_STAMP): requirements-checkov.txt
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
@@ -83,5 +90,5 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
 
-clean: ## Remove .venv and collections
-	rm -rf $(VENV) collections
+clean: ## Remove .venv, collections and the test-only tools (.venv-checkov, hack/monitoring/node_modules)
+	rm -rf $(VENV) collections $(CHECKOV_VENV) hack/monitoring/node_modules
