@@ -86,6 +86,8 @@ undeploy: setup ## Remove the operator deployment (keeps user volumes)
 bench: setup ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python -m bench.kubesim_bench
 	$(BIN)/python -m bench.reconcile
+	$(BIN)/python -m bench.exporter
+	$(BIN)/python -m bench.lifecycle
 
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
