@@ -86,8 +86,13 @@ class Exporter:
         def flavors(**kw):
             return custom.list_cluster_custom_object(GROUP, VERSION, "devserverflavors", **kw)
 
+        def trainingjobs(**kw):
+            return custom.list_cluster_custom_object(GROUP, VERSION, "trainingjobs", **kw)
+
         for fn, apply, delete, what in ((flavors, self.store.apply_flavor, self.store.delete_flavor, "flavors"),
-                                        (devservers, self.store.apply, self.store.delete, "devservers")):
+                                        (devservers, self.store.apply, self.store.delete, "devservers"),
+                                        (trainingjobs, self.store.apply_trainingjob, self.store.delete_trainingjob,
+                                         "trainingjobs")):
             t = threading.Thread(target=watch_forever, args=(fn, apply, delete, self.stop, what),
                                  name=f"watch-{what}", daemon=True)
             t.start()

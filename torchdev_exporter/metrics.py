@@ -47,6 +47,22 @@ def _seconds(value: Any) -> float | None:
         return None
 
 
+def _condition(obj: dict, ctype: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _percent(value: Any) -> float | None:
+    """status.progress ("45%") as 45.0."""
+    return _number(str(value).rstrip("%")) if value not in (None, "") else None
+
+
 class Store:
     """The exporter's view of the cluster, fed by watch events (``apply`` / ``delete``)."""
 
@@ -68,6 +84,13 @@ class Store:
         self._seen_ends: set[tuple[str, str, str]] = set()
         self._running_since: dict[tuple[str, str], float] = {}
         self.reconciles: dict[tuple[str, str], float] = {}    # (kind, result) from the runtime, if any
+        # TrainingJobs: the live ones, and counters from their changes
+        self.trainingjobs: dict[tuple[str, str], dict] = {}
+        self.tj_created: dict[tuple[str], float] = {}           # (namespace,)
+        self.tj_completed: dict[tuple[str, str], float] = {}    # (namespace, result reason)
+        self.tj_failed: dict[tuple[str, str], float] = {}       # (namespace, reason)
+        self.tj_restarts: dict[tuple[str], float] = {}          # (namespace,)
+        self._tj_seen: dict[tuple[str, str], dict] = {}         # uid-keyed: created, final, restarts counted
 
     # -- events ------------------------------------------------------------------------------
     def apply_flavor(self, flavor: dict) -> None:
@@ -89,6 +112,67 @@ class Store:
             key = _key(ds)
             old = self.devservers.pop(key, None) or ds
             self._account(key, None, previous=old)
+
+    def apply_trainingjob(self, tj: dict) -> None:
+        with self.lock:
+            key = _key(tj)
+            self.trainingjobs[key] = tj
+            self._count_trainingjob(tj)
+
+    def delete_trainingjob(self, tj: dict) -> None:
+        with self.lock:
+            key = _key(tj)
+            self.trainingjobs.pop(key, None)
+            self._tj_seen.pop((key[0], str((tj.get("metadata") or {}).get("uid"))), None)
+
+    def _count_trainingjob(self, tj: dict) -> None:
+        """Created once per object (uid), completed/failed once at the final state, restarts by
+        the increase of status.restartCount."""
+        meta, status = tj.get("metadata") or {}, tj.get("status") or {}
+        ns = meta.get("namespace") or ""
+        seen = self._tj_seen.get((ns, str(meta.get("uid"))))
+        if seen is None:
+            seen = self._tj_seen[(ns, str(meta.get("uid")))] = {"final": False, "restarts": 0}
+            self.tj_created[(ns,)] = self.tj_created.get((ns,), 0) + 1
+        restarts = int(status.get("restartCount") or 0)
+        if restarts > seen["restarts"]:
+            self.tj_restarts[(ns,)] = self.tj_restarts.get((ns,), 0) + restarts - seen["restarts"]
+            seen["restarts"] = restarts
+        state = status.get("state")
+        if state in ("Completed", "Failed") and not seen["final"]:
+            seen["final"] = True
+            if state == "Completed":
+                reason = (_condition(tj, "Succeeded") or {}).get("reason") or "JobComplete"
+                self.tj_completed[(ns, reason)] = self.tj_completed.get((ns, reason), 0) + 1
+            else:
+                reason = status.get("failureReason") or "Failed"
+                self.tj_failed[(ns, reason)] = self.tj_failed.get((ns, reason), 0) + 1
+        elif state not in ("Completed", "Failed"):
+            seen["final"] = False  # restarted from a final state (a new attempt is a new run)
+
+    def trainingjob_gauges(self) -> dict[str, dict[tuple, float]]:
+        out: dict[str, dict[tuple, float]] = {name: {} for name in (
+            "jobs", "progress", "epoch", "loss", "accuracy", "gpus", "workers")}
+        with self.lock:
+            for (ns, name), tj in self.trainingjobs.items():
+                status = tj.get("status") or {}
+                state = status.get("state") or "Pending"
+                out["jobs"][(ns, state)] = out["jobs"].get((ns, state), 0) + 1
+                if state in ("Completed", "Failed"):
+                    continue  # per-job series only while a job is live
+                k = (ns, name)
+                progress = _percent(status.get("progress"))
+                if progress is not None:
+                    out["progress"][k] = progress
+                if status.get("currentEpoch") is not None:
+                    out["epoch"][k] = float(status["currentEpoch"])
+                for metric in ("loss", "accuracy"):
+                    value = _number((status.get("metrics") or {}).get(metric))
+                    if value is not None:
+                        out[metric][k] = value
+                out["gpus"][k] = float(status.get("allocatedGPUs") or 0)
+                out["workers"][k] = float((status.get("workers") or {}).get("active") or 0)
+        return out
 
     # -- counters from changes -----------------------------------------------------------------
     def _labels(self, ds: dict) -> tuple[str, str]:
@@ -254,6 +338,30 @@ def collect(store: Store) -> Iterable:
     for key, value in sorted(dollars.items()):
         fam.add_metric(list(key), value)
     yield fam
+    t = store.trainingjob_gauges()
+    with store.lock:
+        tj_counters = [dict(store.tj_created), dict(store.tj_completed), dict(store.tj_failed), dict(store.tj_restarts)]
+    yield gauge("torchdev_trainingjobs", "TrainingJobs by namespace and state.", ["namespace", "state"], t["jobs"])
+    per_job = ["namespace", "training_job"]
+    yield gauge("torchdev_trainingjob_progress_percent", "Progress of a live TrainingJob (status.progress).",
+                per_job, t["progress"])
+    yield gauge("torchdev_trainingjob_current_epoch", "Current epoch of a live TrainingJob.", per_job, t["epoch"])
+    yield gauge("torchdev_trainingjob_loss", "Latest loss a live TrainingJob reported.", per_job, t["loss"])
+    yield gauge("torchdev_trainingjob_accuracy", "Latest accuracy a live TrainingJob reported.", per_job,
+                t["accuracy"])
+    yield gauge("torchdev_trainingjob_allocated_gpus", "GPUs allocated to a live TrainingJob.", per_job, t["gpus"])
+    yield gauge("torchdev_trainingjob_allocated_workers", "Active workers of a live TrainingJob.", per_job,
+                t["workers"])
+    for (name, doc, labels), values in zip((
+            ("torchdev_trainingjob_created", "TrainingJobs created.", ["namespace"]),
+            ("torchdev_trainingjob_completed", "TrainingJobs completed, by result (the Succeeded reason).",
+             ["namespace", "result"]),
+            ("torchdev_trainingjob_failed", "TrainingJobs failed, by reason.", ["namespace", "reason"]),
+            ("torchdev_trainingjob_restarts", "Whole-group restarts of TrainingJobs.", ["namespace"])), tj_counters):
+        fam = CounterMetricFamily(name, doc, labels=labels)
+        for key, value in sorted(values.items()):
+            fam.add_metric(list(key), value)
+        yield fam
     fam = HistogramMetricFamily("torchdev_time_to_ready_seconds",
                                 "Time to Ready of each start of a DevServer (status.startup.totalSeconds), per flavor.",
                                 labels=["flavor"])

@@ -65,3 +65,58 @@ def test_phase_sums_add_up_to_the_total():
     got = samples(store)
     by_phase = sum(v for (n, labels), v in got.items() if n == "torchdev_time_to_ready_phase_seconds_sum")
     assert by_phase == got[("torchdev_time_to_ready_seconds_sum", (("flavor", "gpu-2"),))] == 40
+
+
+def job(name, state, uid="u1", restarts=0, progress=None, reason=None, **status):
+    st = {"state": state, "restartCount": restarts, "allocatedGPUs": 4, "workers": {"active": 2}}
+    if progress is not None:
+        st.update(progress=progress, currentEpoch=3, metrics={"loss": 0.25, "accuracy": 0.9})
+    if state == "Completed":
+        st["conditions"] = [{"type": "Succeeded", "status": "True", "reason": reason or "AllEpochsCompleted"}]
+    if state == "Failed":
+        st["failureReason"] = reason
+    st.update(status)
+    return {"metadata": {"name": name, "namespace": "ml", "uid": uid}, "status": st}
+
+
+PER_JOB = (("namespace", "ml"), ("training_job", "bert"))
+
+
+@pytest.mark.parametrize("name,changes,expected", [
+    ("a running job: its live series",
+     [job("bert", "Pending"), job("bert", "Running", progress="45%")],
+     {("torchdev_trainingjob_progress_percent", PER_JOB): 45.0, ("torchdev_trainingjob_current_epoch", PER_JOB): 3,
+      ("torchdev_trainingjob_loss", PER_JOB): 0.25, ("torchdev_trainingjob_accuracy", PER_JOB): 0.9,
+      ("torchdev_trainingjob_allocated_gpus", PER_JOB): 4, ("torchdev_trainingjob_allocated_workers", PER_JOB): 2,
+      ("torchdev_trainingjob_created_total", (("namespace", "ml"),)): 1,
+      ("torchdev_trainingjobs", (("namespace", "ml"), ("state", "Running"))): 1}),
+    ("restarts counted by the increase, completion once with its result",
+     [job("bert", "Running", restarts=1), job("bert", "Restarting", restarts=2), job("bert", "Running", restarts=2),
+      job("bert", "Completed", restarts=2, reason="EarlyStopped"),
+      job("bert", "Completed", restarts=2, reason="EarlyStopped")],
+     {("torchdev_trainingjob_restarts_total", (("namespace", "ml"),)): 2,
+      ("torchdev_trainingjob_completed_total", (("namespace", "ml"), ("result", "EarlyStopped"))): 1,
+      ("torchdev_trainingjob_progress_percent", PER_JOB): None,  # no per-job series once finished
+      ("torchdev_trainingjobs", (("namespace", "ml"), ("state", "Completed"))): 1}),
+    ("failures by reason; two jobs are two creations",
+     [job("bert", "Failed", reason="BackoffLimitExceeded"), job("gpt", "Failed", uid="u2", reason="DeadlineExceeded")],
+     {("torchdev_trainingjob_failed_total", (("namespace", "ml"), ("reason", "BackoffLimitExceeded"))): 1,
+      ("torchdev_trainingjob_failed_total", (("namespace", "ml"), ("reason", "DeadlineExceeded"))): 1,
+      ("torchdev_trainingjob_created_total", (("namespace", "ml"),)): 2}),
+])
+def test_trainingjob_series(name, changes, expected):
+    store = Store(clock=lambda: 0.0)
+    for obj in changes:
+        store.apply_trainingjob(obj)
+    got = samples(store)
+    for key, value in expected.items():
+        assert got.get(key) == value, (name, key, sorted(k for k in got if k[0].startswith("torchdev_trainingjob")))
+
+
+def test_a_deleted_job_leaves_no_live_series():
+    store = Store(clock=lambda: 0.0)
+    store.apply_trainingjob(job("bert", "Running", progress="10%"))
+    store.delete_trainingjob(job("bert", "Running", progress="10%"))
+    got = samples(store)
+    assert not [k for k in got if k[0] in ("torchdev_trainingjob_progress_percent", "torchdev_trainingjobs")]
+    assert got[("torchdev_trainingjob_created_total", (("namespace", "ml"),))] == 1  # counters stay

@@ -58,7 +58,7 @@ def rules_file(tmp_path_factory):
 def test_promtool_checks_the_rules(rules_file):
     out = subprocess.run([tool("promtool"), "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 9 rules found" in out.stdout
+    assert "SUCCESS: 11 rules found" in out.stdout
 
 
 def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
@@ -73,6 +73,14 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                 {"series": 'torchdev_devservers{flavor="f",phase="Failed"}', "values": "1x10"},
                 {"series": 'torchdev_queue_wait_seconds{flavor="f"}', "values": "3000+60x20"},
                 {"series": 'torchdev_gpus_idle{user="a@x.io",flavor="f"}', "values": "1x180"},
+                {"series": 'torchdev_trainingjob_failed_total{namespace="ml",reason="BackoffLimitExceeded"}',
+                 "values": "0x5 1x30"},
+                {"series": 'torchdev_trainingjob_allocated_gpus{namespace="ml",training_job="stuck"}', "values": "4x90"},
+                {"series": 'torchdev_trainingjob_progress_percent{namespace="ml",training_job="stuck"}',
+                 "values": "0+1x10 10x80"},
+                {"series": 'torchdev_trainingjob_allocated_gpus{namespace="ml",training_job="moving"}', "values": "4x90"},
+                {"series": 'torchdev_trainingjob_progress_percent{namespace="ml",training_job="moving"}',
+                 "values": "0+1x90"},
             ],
             "promql_expr_test": [
                 {"expr": "user:torchdev_cost_dollars:sum", "eval_time": "60m",
@@ -98,6 +106,20 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                     "exp_annotations": {"summary": "a@x.io holds 1 idle f GPU(s) for 2h",
                                         "description": "Their lifecycle agents report no session, process or GPU "
                                                        "activity; autoShutdown may be off."}}]},
+                {"eval_time": "8m", "alertname": "TorchdevTrainingJobFailed", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "namespace": "ml", "reason": "BackoffLimitExceeded"},
+                    "exp_annotations": {
+                        "summary": "A TrainingJob in ml failed: BackoffLimitExceeded",
+                        "description": "`devctl train list -n ml` shows which; `devctl train get NAME` the reason "
+                                       "and Events."}}]},
+                {"eval_time": "4m", "alertname": "TorchdevTrainingJobFailed", "exp_alerts": []},
+                {"eval_time": "50m", "alertname": "TorchdevTrainingJobGPUsIdle", "exp_alerts": []},
+                {"eval_time": "60m", "alertname": "TorchdevTrainingJobGPUsIdle", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "namespace": "ml", "training_job": "stuck"},
+                    "exp_annotations": {
+                        "summary": "TrainingJob ml/stuck holds 4 GPU(s) without progress",
+                        "description": "Its progress has not changed for 45 minutes: a hung rank, a stuck data loader "
+                                       "or a job that stopped reporting."}}]},
             ],
         }],
     }
