@@ -10,6 +10,10 @@ STAMP := $(VENV)/.setup-stamp
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.setup-stamp
 MONITORING_STAMP := hack/monitoring/node_modules/.setup-stamp
+# boto3 and moto's server cannot share .venv either (python-dateutil): the S3 checkpoint test's
+# own virtualenv, which sees .venv's packages (torch) after its own through a .pth file.
+S3_VENV ?= .venv-s3
+S3_STAMP := $(S3_VENV)/.setup-stamp
 IMG ?= ghcr.io/torchdev/torchdev-operator:0.1.0
 KUSTOMIZE := $(BIN)/kubectl kustomize
 KUBECTL := $(BIN)/kubectl
@@ -33,7 +37,7 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(MONITORING_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
+test: setup $(MONITORING_STAMP) $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
@@ -52,6 +56,13 @@ lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production prof
 $(MONITORING_STAMP): hack/monitoring/package-lock.json
 	npm ci --prefix hack/monitoring --no-audit --no-fund --silent
 	@touch $(MONITORING_STAMP)
+
+$(S3_STAMP): requirements-s3.txt $(STAMP)
+	@test -x $(S3_VENV)/bin/python || $(PYTHON) -m venv $(S3_VENV)
+	$(S3_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-s3.txt
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+	  "$$($(S3_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/torchdev-venv.pth"
+	@touch $(S3_STAMP)
 
 $(CHECKOV_STAMP): requirements-checkov.txt
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
@@ -92,5 +103,5 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
 
-clean: ## Remove .venv, collections and the test-only tools (.venv-checkov, hack/monitoring/node_modules)
-	rm -rf $(VENV) collections $(CHECKOV_VENV) hack/monitoring/node_modules
+clean: ## Remove .venv, collections and the test-only tools (.venv-checkov, .venv-s3, hack/monitoring/node_modules)
+	rm -rf $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) hack/monitoring/node_modules

@@ -100,6 +100,29 @@ def test_success_renders_indexed_job_and_reports_progress(sim, kube, runtime, ns
     assert cond["Succeeded"]["status"] == "True" and cond["Succeeded"]["reason"] == "TargetAccuracyReached"
 
 
+def test_early_stopping_ends_the_job_completed(sim, kube, runtime, ns):
+    """successPolicy.earlyStoppingPatience: no lower loss for that many epochs ends the run as
+    Completed, reason EarlyStopped, before its last epoch (the library decides, in rank 0)."""
+    from torchdev_train import Job, StatusWriter
+
+    create(kube, ns, tj("patient", successPolicy={"earlyStoppingPatience": 2}))
+    wait_state(sim, kube, ns, "patient", "Running")
+    env = {e.name: e.value for e in workers(kube, ns, "patient")[0].spec.containers[0].env}
+    assert env["TORCHDEV_EARLY_STOPPING_PATIENCE"] == "2"  # what the library reads (Job.from_env)
+    writer = StatusWriter("patient", ns, server=sim.url, min_interval=0)
+    train = Job("patient", ns, epochs=4, patience=int(env["TORCHDEV_EARLY_STOPPING_PATIENCE"]), writer=writer,
+                rank=0)
+    assert [train.report(e, {"loss": loss}) for e, loss in ((1, 0.5), (2, 0.6))] == [False, False]
+    assert train.report(3, {"loss": 0.7}) is True  # two epochs without a lower loss
+    train.finish()
+    annotate_workers(kube, ns, "patient", {"kubesim.io/succeed-after": "0"})
+    st = wait_state(sim, kube, ns, "patient", "Completed")["status"]
+    assert st["result"]["reason"] == "EarlyStopped" and st["currentEpoch"] == 3 and st["progress"] == "75%"
+    cond = {c["type"]: c for c in st["conditions"]}
+    assert cond["Succeeded"]["status"] == "True" and cond["Succeeded"]["reason"] == "EarlyStopped"
+    assert "no lower loss than 0.5 for 2 epochs" in cond["Succeeded"]["message"]
+
+
 def test_rank_failure_restarts_the_whole_group(sim, kube, runtime, ns):
     create(kube, ns, tj("flaky", failurePolicy={"backoffLimit": 1}))
     wait_state(sim, kube, ns, "flaky", "Running")

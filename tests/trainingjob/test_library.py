@@ -2,7 +2,7 @@
 checkpoint atomicity and rotation, the success policy, rate-limited status writes, and for
 real: two local gloo processes with the env the operator renders train, checkpoint and rotate,
 are killed mid-run, resume from the newest complete checkpoint and end with exactly the
-weights of an uninterrupted run."""
+weights of an uninterrupted run, with checkpoints in a directory and on S3 (moto's server)."""
 from __future__ import annotations
 
 import http.server
@@ -120,12 +120,12 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _worker_envs(ckpt_dir, port, attempt):
+def _worker_envs(store, port, attempt):
     """The env the operator renders for each worker (trainingjob.env), resolved as the kubelet
     would: NODE_RANK from the completion index, worker 0's DNS name -> 127.0.0.1."""
     spec = {"model": "linear", "dataset": "synthetic", "numWorkers": 2, "gpusPerWorker": 0,
             "networking": {"backend": "gloo", "masterPort": port}, "hyperparameters": {"epochs": EPOCHS},
-            "checkpoint": {"enabled": True, "retention": 2, "storage": {"claimName": "c", "mountPath": str(ckpt_dir)}}}
+            "checkpoint": {"enabled": True, "retention": 2, "storage": store.storage}}
     rendered = trainingjob.env(spec, "tiny", "ml", attempt=attempt)
     envs = []
     for index in range(2):
@@ -134,7 +134,7 @@ def _worker_envs(ckpt_dir, port, attempt):
         for item in rendered:
             env[item["name"]] = item["value"] if "value" in item else str(index)  # NODE_RANK: the completion index
         env.update(MASTER_ADDR="127.0.0.1", PYTHONPATH=str(trainingjob_lib()), OMP_NUM_THREADS="1",
-                   PYTHONWARNINGS="ignore", TRAIN_EPOCH_SLEEP="0.3")
+                   PYTHONWARNINGS="ignore", TRAIN_EPOCH_SLEEP="0.3", **store.env)
         envs.append(env)
     return envs
 
@@ -143,15 +143,67 @@ def trainingjob_lib():
     return Path(tt.__file__).resolve().parents[1]
 
 
-def _start(outdir, ckpt_dir, attempt):
+def _start(outdir, store, attempt):
     outdir.mkdir(exist_ok=True)
     port = _free_port()
     procs = []
-    for i, env in enumerate(_worker_envs(ckpt_dir, port, attempt)):
+    for i, env in enumerate(_worker_envs(store, port, attempt)):
         log = open(outdir / ("worker-%d-attempt-%d.log" % (i, attempt)), "w")
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "train_resume.py"), str(outdir)], env=env,
+        procs.append(subprocess.Popen([store.python, str(HERE / "train_resume.py"), str(outdir)], env=env,
                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     return procs
+
+
+class Dir:
+    """Checkpoints in a directory of the volume (the user's claim or the one the operator makes)."""
+    python = sys.executable
+
+    def __init__(self, root):
+        self.root = root
+        self.storage = {"claimName": "c", "mountPath": str(root)}
+        self.env = {}
+
+    def complete(self):
+        return DirStore(str(self.root / "tiny")).complete()
+
+    def plant_half_written(self, epoch):
+        """What a kill during a save leaves behind (a temporary directory, a state without its marker)."""
+        (self.root / "tiny" / (".epoch-%05d.tmp-1" % epoch)).mkdir()
+        (self.root / "tiny" / ("epoch-%05d" % epoch)).mkdir()
+        (self.root / "tiny" / ("epoch-%05d" % epoch) / "state.pt").write_bytes(b"half")
+
+
+S3_VENV = Path(__file__).resolve().parents[2] / ".venv-s3"
+
+
+class S3:
+    """Checkpoints under s3://bucket/prefix on moto's S3 server (boto3 runs in .venv-s3: its
+    python-dateutil pin conflicts with .venv's; that virtualenv sees .venv's torch after its own)."""
+    python = str(S3_VENV / "bin" / "python")
+
+    def __init__(self, endpoint, prefix):
+        self.storage = {"type": "s3", "s3Bucket": "ckpt", "s3Prefix": prefix, "s3Endpoint": endpoint,
+                        "s3Region": "us-east-1"}
+        self.uri = "s3://ckpt/" + prefix
+        self.env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        self.endpoint = endpoint
+
+    def _run(self, code):
+        env = dict(os.environ, PYTHONPATH=str(trainingjob_lib()), AWS_ENDPOINT_URL=self.endpoint,
+                   AWS_DEFAULT_REGION="us-east-1", **self.env)
+        out = subprocess.run([self.python, "-c", "import json, sys\nfrom torchdev_train.checkpoint import S3Store\n"
+                              "store = S3Store(sys.argv[1])\n" + code, self.uri],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return json.loads(out.stdout) if out.stdout.strip() else None
+
+    def complete(self):
+        return self._run("print(json.dumps(store.complete()))")
+
+    def plant_half_written(self, epoch):
+        """A state written without its completion marker (a kill between the two puts)."""
+        self._run("store.s3.put_object(Bucket=store.bucket, Key=store._key('epoch-%05d', 'state.pt'), Body=b'half')"
+                  % epoch)
 
 
 def _wait(procs, outdir, timeout=180):
@@ -176,40 +228,74 @@ def _logs(outdir):
     return "\n".join("--- %s\n%s" % (p.name, p.read_text()[-3000:]) for p in sorted(outdir.glob("*.log")))
 
 
+@pytest.fixture
+def moto_server(tmp_path):
+    """moto's S3 server on a loopback port, with the bucket `ckpt`; its endpoint."""
+    server = S3_VENV / "bin" / "moto_server"
+    if not server.exists():
+        pytest.fail(".venv-s3 is missing: make test installs it (requirements-s3.txt)", pytrace=False)
+    port = _free_port()
+    log = open(tmp_path / "moto.log", "w")
+    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    endpoint = "http://127.0.0.1:%d" % port
+    try:
+        from kubesim.testing import wait_for
+
+        def up():
+            assert proc.poll() is None, (tmp_path / "moto.log").read_text()
+            import urllib.request
+            urllib.request.urlopen(endpoint + "/", timeout=5).read()
+            return True
+        wait_for(up, 120, 0.2, "moto's server")
+        S3(endpoint, "")._run("store.s3.create_bucket(Bucket='ckpt')")
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture(params=["directory", "s3"])
+def stores(request, tmp_path):
+    """Two stores of one kind (the uninterrupted run's, the killed run's)."""
+    if request.param == "directory":
+        return Dir(tmp_path / "ckpt-straight"), Dir(tmp_path / "ckpt")
+    endpoint = request.getfixturevalue("moto_server")
+    return S3(endpoint, "ml/straight"), S3(endpoint, "ml/tiny")
+
+
 @pytest.mark.slow
-def test_killed_workers_resume_and_match_an_uninterrupted_run(tmp_path):
+def test_killed_workers_resume_and_match_an_uninterrupted_run(tmp_path, stores):
     import torch
 
+    straight_store, store = stores
     straight = tmp_path / "straight"
-    procs = _start(straight, tmp_path / "ckpt-straight", 0)
+    procs = _start(straight, straight_store, 0)
     _wait(procs, straight)
     expected = torch.load(straight / "final.pt")
 
-    out, ckpt = tmp_path / "killed", tmp_path / "ckpt"
-    procs = _start(out, ckpt, 0)
+    out = tmp_path / "killed"
+    procs = _start(out, store, 0)
     try:
         deadline = time.monotonic() + 120
-        while DirStore(str(ckpt / "tiny")).complete()[-1:] < [3]:  # mid-run: past epoch 3
+        while store.complete()[-1:] < [3]:  # mid-run: past epoch 3
             assert time.monotonic() < deadline and all(p.poll() is None for p in procs), _logs(out)
             time.sleep(0.05)
     finally:
         _kill(procs)  # SIGKILL, wherever they are (possibly mid-save)
     assert not (out / "final.pt").exists()
-    killed_at = DirStore(str(ckpt / "tiny")).complete()
+    killed_at = store.complete()
     assert killed_at and killed_at[-1] < EPOCHS and len(killed_at) <= 2  # rotation: retention 2
     # what a kill during a save leaves behind is never taken for the newest checkpoint
-    (ckpt / "tiny" / ".epoch-00007.tmp-1").mkdir()
-    (ckpt / "tiny" / "epoch-00007").mkdir()
-    (ckpt / "tiny" / "epoch-00007" / "state.pt").write_bytes(b"half")
+    store.plant_half_written(7)
 
-    procs = _start(out, ckpt, 1)  # the group restart: every worker again, attempt 1
+    procs = _start(out, store, 1)  # the group restart: every worker again, attempt 1
     _wait(procs, out)
     assert json.loads((out / "resumed-1.json").read_text())["start"] == killed_at[-1] + 1
     got = torch.load(out / "final.pt")
     assert got.keys() == expected.keys()
     for key in expected:
         assert torch.equal(got[key], expected[key]), key  # bit-identical weights
-    assert DirStore(str(ckpt / "tiny")).complete() == [EPOCHS - 1, EPOCHS]
+    assert store.complete() == [EPOCHS - 1, EPOCHS]
     trained = [int(x) for x in (out / "epochs-0.log").read_text().split()]
     resumed = list(range(killed_at[-1] + 1, EPOCHS + 1))
     assert trained[-len(resumed):] == resumed  # the second attempt trained only what was lost
