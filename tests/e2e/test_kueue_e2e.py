@@ -230,28 +230,52 @@ def test_namespace_without_local_queue_is_not_queued(sim, kube, runtime, ns):
 
 def test_queued_server_shows_an_eta_from_the_reservations_and_starts_near_it(sim, kube, runtime, ns, priority_classes):
     """Issue 12.6: the ETA of a queued server is when enough of the quota it waits for is freed
-    by the expiring reservations that hold it; here the first one ends on time (its expiry)."""
+    by the expiring reservations that hold it; here the first one ends on time (its expiry).
+
+    No race with a busy machine: the holders reserve hours while the queued server's ETA is
+    checked; then the first holder's reservation is shortened to end SHORT seconds from then,
+    the queued server is reconciled once (it would otherwise learn it at its next requeue), and
+    its new ETA is that expiry, which it starts within 60 s of."""
     from datetime import datetime, timedelta, timezone
 
     def ts(value):
         return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
+    def eta_of(name, expected=None):
+        def seen():
+            o = get_ds(kube, ns, name)
+            eta = ((o.get("status") or {}).get("queue") or {}).get("estimatedStartTime")
+            return o if eta and (expected is None or eta == expected) else None
+        return sim.wait_for(seen, 120, interval=0.2, message=f"the ETA of {name}" + (f" {expected}" if expected else ""))
+
     queue_for(kube, ns, gpus=4)
     sim.wait_for(lambda: resource_flavor(kube, FLAVOR), 60, message="ResourceFlavor gpu-h100-2")
-    create(kube, ns, "short", lifecycle={"duration": "50s"})
-    create(kube, ns, "long", lifecycle={"duration": "1h"})
+    create(kube, ns, "short", lifecycle={"duration": "1h"})
     short = wait_ready(sim, kube, ns, "short")
+    create(kube, ns, "long", lifecycle={"duration": "2h"})
     wait_ready(sim, kube, ns, "long")
     create(kube, ns, "waiting")
-    obj = sim.wait_for(lambda: (lambda o: o if ((o.get("status") or {}).get("queue") or {}).get("estimatedStartTime")
-                                else None)(get_ds(kube, ns, "waiting")), 90, interval=0.2, message="an ETA")
-    eta = ts(obj["status"]["queue"]["estimatedStartTime"])
-    assert eta == ts(short["status"]["reservation"]["expiresAt"])
+    obj = eta_of("waiting")
+    assert obj["status"]["queue"]["estimatedStartTime"] == short["status"]["reservation"]["expiresAt"]
     assert "ETA " + obj["status"]["queue"]["estimatedStartTime"] in condition(obj, "Ready")["message"]
 
-    obj = wait_ready(sim, kube, ns, "waiting", timeout=180)
+    # the first reservation now ends SHORT seconds from now (a duration counted from its start)
+    SHORT = 90
+    started_at = ts(short["status"]["reservation"]["startedAt"])
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    duration = int((now - started_at).total_seconds()) + SHORT
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "short",
+                                                  {"spec": {"lifecycle": {"duration": f"{duration}s"}}})
+    expires = (started_at + timedelta(seconds=duration)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sim.wait_for(lambda: get_ds(kube, ns, "short")["status"]["reservation"]["expiresAt"] == expires, 60,
+                 interval=0.2, message="the shortened reservation")
+    runtime.enqueue("DevServer", ns, "waiting")
+    eta = ts(eta_of("waiting", expires)["status"]["queue"]["estimatedStartTime"])
+
+    obj = wait_ready(sim, kube, ns, "waiting", timeout=SHORT + 180)
     started = ts(obj["status"]["reservation"]["startedAt"])
     assert abs((started - eta).total_seconds()) <= 60, (started, eta)
+    assert get_ds(kube, ns, "short")["status"]["phase"] == "Expired"
     # issue 13.2: its time to Ready, by phase, from its creation; most of it queued
     startup = obj["status"]["startup"]
     assert startup["complete"] and startup["startedAt"] == obj["metadata"]["creationTimestamp"]
