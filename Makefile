@@ -18,6 +18,7 @@ IMG ?= ghcr.io/torchdev/torchdev-operator:0.1.0
 KUSTOMIZE := $(BIN)/kubectl kustomize
 KUBECTL := $(BIN)/kubectl
 METRICS_PORT ?= 8686
+RUNTIME_METRICS_PORT ?= 8080
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean
@@ -74,12 +75,12 @@ checkov: setup $(CHECKOV_STAMP) ## checkov on every rendered manifest (roles x s
 	  $(BIN)/python -m hack.render_manifests --image $(IMG) "$$out" && \
 	  BC_SKIP_MAPPING=TRUE $(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d "$$out"
 
-run: setup ## Run the operator against $KUBECONFIG in the foreground, with the metrics exporter on :8686 (METRICS_PORT)
+run: setup ## Run the operator against $KUBECONFIG in the foreground: reconcile metrics on :8080, the exporter on :8686 (METRICS_PORT)
 	@$(BIN)/torchdev-exporter --port $(METRICS_PORT) & exporter=$$!; trap 'kill $$exporter' EXIT; \
 	if command -v ansible-operator >/dev/null 2>&1; then \
-	  ansible-operator run --watches-file=./watches.yaml; \
+	  ansible-operator run --watches-file=./watches.yaml --metrics-bind-address=:$(RUNTIME_METRICS_PORT); \
 	else \
-	  $(BIN)/torchdev-runtime --watches-file watches.yaml; \
+	  $(BIN)/torchdev-runtime --watches-file watches.yaml --metrics-bind-address :$(RUNTIME_METRICS_PORT); \
 	fi
 
 install: setup ## Install the CRDs into the cluster in $KUBECONFIG

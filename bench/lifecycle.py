@@ -12,7 +12,9 @@ Time is scaled so that the whole lifecycle fits the window: with --scale 60 a mi
 window stands for an hour -- reservations of 8h become 8m, the 30/15/5-minute warnings 30/15/5
 seconds (TORCHDEV_LIFECYCLE_WARNINGS), the idle timeout of 5h 5m.  Expected per reserved
 server: 3 warnings + the expiry (deadlines), the stop's own spec change; per idle server: its
-report (dependent), 3 idle warnings + the idle stop.  Everything else is zero.
+report (dependent), 3 idle warnings + the idle stop.  Everything else is zero.  (The setup
+spreads the servers' first Ready over minutes; before the window each reservation is extended
+to end the same number of scaled hours after the window starts.)
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import argparse
 import json
 import pathlib
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import yaml
 
@@ -38,6 +40,10 @@ def _devserver(name: str, lifecycle: dict) -> dict:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer", "metadata": {"name": name},
             "spec": {"owner": "bench@example.com", "flavor": "cpu-small", "sshPublicKeys": [KEY],
                      "lifecycle": lifecycle}}
+
+
+def _time(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
 
 def _phase(custom) -> dict[str, int]:
@@ -83,6 +89,22 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             _wait_all_ready(custom, NS, n, 1800)
             print(f"setup: {n} DevServers Ready after {time.monotonic() - t0:.0f} s")
+            # Every reservation counts from its server's first Ready, which the setup spread over
+            # minutes: extend each (a spec change, before the window) to end sec(8) from now.
+            ends = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=sec(8))
+            expected = {}
+            for obj in custom.list_namespaced_custom_object(GROUP, VERSION, NS, "devservers")["items"]:
+                name = obj["metadata"]["name"]
+                started = _time(obj["status"]["reservation"]["startedAt"])
+                duration = int((ends - started).total_seconds())
+                custom.patch_namespaced_custom_object(GROUP, VERSION, NS, "devservers", name,
+                                                      {"spec": {"lifecycle": {"duration": f"{duration}s"}}})
+                expected[name] = (started + timedelta(seconds=duration)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            deadline = time.monotonic() + 1800
+            while any((o.get("status") or {}).get("reservation", {}).get("expiresAt") != expected[o["metadata"]["name"]]
+                      for o in custom.list_namespaced_custom_object(GROUP, VERSION, NS, "devservers")["items"]):
+                assert time.monotonic() < deadline, "the extended reservations were not applied"
+                time.sleep(1)
             assert rt.wait_idle(600)
             before = rt.counters("DevServer")
             sim.reset_metrics()

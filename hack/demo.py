@@ -181,9 +181,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def show_metrics(port: int) -> None:
-    """The exporter's DevServer and GPU series (it watches the cluster; a scrape is instant)."""
+def show_metrics(port: int, runtime_port: int) -> None:
+    """The exporter's DevServer and GPU series (it watches the cluster; a scrape is instant) and
+    the operator's DevServer reconciles."""
     import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{runtime_port}/metrics", timeout=5) as response:
+            print("\n".join(line for line in response.read().decode().splitlines()
+                            if line.startswith('controller_runtime_reconcile_total{controller="devserver-controller"')))
+    except OSError as exc:
+        print(f"(the operator's reconcile metrics: {exc})")
 
     for _ in range(50):
         try:
@@ -230,9 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         kubectl("apply", "--server-side", "-k", str(ROOT / "config" / "crd"), env=env)
         kubectl("wait", "--for=condition=Established", "--timeout=30s", *(f"crd/{n}" for n in crds()), env=env)
 
-        step("Starting the operator (local runtime; watches.yaml -> roles/)")
+        runtime_metrics_port = free_port()
+        step("Starting the operator (local runtime; watches.yaml -> roles/; reconcile metrics on "
+             f"http://127.0.0.1:{runtime_metrics_port}/metrics)")
         operator = subprocess.Popen([str(BIN / "torchdev-runtime"), "--watches-file",
-                                     str(ROOT / "watches.yaml"), "--kubeconfig", env["KUBECONFIG"]]
+                                     str(ROOT / "watches.yaml"), "--kubeconfig", env["KUBECONFIG"],
+                                     "--metrics-bind-address", f"127.0.0.1:{runtime_metrics_port}"]
                                     + (["--namespace", namespace] if plan else []),
                                     env=env, stdout=open(workdir / "operator.log", "w"),
                                     stderr=subprocess.STDOUT, cwd=ROOT)
@@ -273,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         step(f"devctl ssh {SERVER} --print")
         run(str(BIN / "devctl"), "-n", namespace, "ssh", SERVER, "--print", env=env, check=False)
         step("torchdev's metrics (a few of them)")
-        show_metrics(metrics_port)
+        show_metrics(metrics_port, runtime_metrics_port)
         if args.keep:
             print(f"\nLeft running (--keep). KUBECONFIG={env['KUBECONFIG']}"
                   + (f"; namespace {namespace}" if plan else ""))

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep ansible-runner artifacts (printed at exit)")
     p.add_argument("--health-interval", type=_duration, default="60s",
                    help="interval of the health log line (0 = off)")
+    p.add_argument("--metrics-bind-address", default="",
+                   help="serve the reconcile metrics (controller_runtime_reconcile_*, as ansible-operator "
+                        "does) on HOST:PORT, e.g. :8080 (default: off)")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="log every task, dependent events and the output of failed runs")
     return p
@@ -118,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torchdev-runtime: cannot start: {exc}", file=sys.stderr)
         rt.stop(timeout=1)
         return 1
+    if args.metrics_bind_address:
+        from .metrics import serve
+
+        serve(rt, args.metrics_bind_address)
+        logging.getLogger("torchdev_runtime").info("reconcile metrics on %s/metrics", args.metrics_bind_address)
     while not stop.wait(1.0):
         pass
     clean = rt.stop()

@@ -77,6 +77,12 @@ class Result:
     from_role: bool = False  # requeue_after asked by the role (a deadline), not the reconcile period
 
 
+# controller-runtime's buckets of controller_runtime_reconcile_time_seconds (seconds)
+RECONCILE_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6,
+                          0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9,
+                          10, 15, 20, 25, 30, 40, 50, 60, float("inf"))
+
+
 @dataclass
 class ReconcileRecord:
     kind: str
@@ -245,6 +251,9 @@ class Controller:
         self.history_limit = 1000
         # Causes of the reconciles (ReconcileRecord.causes), counted per cause.
         self.causes: dict[str, int] = {}
+        # Reconcile durations (seconds), as controller-runtime's histogram: counts per bucket.
+        self.duration_buckets = [0] * len(RECONCILE_TIME_BUCKETS)
+        self.duration_sum = 0.0
         self._pending_causes: dict[tuple[str, str], set[str]] = {}
         self._delayed_causes: dict[tuple[str, str], tuple[float, str]] = {}
 
@@ -281,10 +290,16 @@ class Controller:
 
     def _add_after(self, key: tuple[str, str], delay: float, cause: str) -> None:
         with self._stats_lock:
-            self._delayed_causes[key] = (time.monotonic() + delay, cause)
+            at = time.monotonic() + delay
+            current = self._delayed_causes.get(key)
+            if current is None or at < current[0]:  # as the queue: the earliest of several stays
+                self._delayed_causes[key] = (at, cause)
         self.queue.add_after(key, delay)
 
     def _take_causes(self, key: tuple[str, str]) -> list[str]:
+        """The causes of the reconcile of ``key`` starting now: the events queued since the last
+        one, and the delayed requeue if it has come due (the queue keeps the earliest of several
+        add_after calls, and so does this record)."""
         with self._stats_lock:
             causes = self._pending_causes.pop(key, set())
             delayed = self._delayed_causes.get(key)
@@ -407,6 +422,10 @@ class Controller:
         with self._stats_lock:
             self.stats["in_flight"] -= 1
             self.stats["succeeded" if err is None else "failed"] += 1
+            for i, bound in enumerate(RECONCILE_TIME_BUCKETS):
+                if rec.duration <= bound:
+                    self.duration_buckets[i] += 1
+            self.duration_sum += rec.duration
             self.history.append(rec)
             if len(self.history) > self.history_limit:
                 del self.history[: len(self.history) - self.history_limit]
