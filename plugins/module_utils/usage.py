@@ -123,26 +123,16 @@ def usage_spec(cr, reservation, flavor_spec):
     saved = 0
     if reservation.get("endReason") == "Idle" and reservation.get("expiresAt"):
         saved = _seconds(reservation["expiresAt"]) - ended
-    record = {
-        "user": spec.get("owner") or "",
-        "server": meta.get("name"),
-        "flavor": spec.get("flavor") or "",
-        "replicas": replicas,
-        "gpus": gpus,
-        "pricePerHour": str(price),
-        "queuedAt": _time(queued),
-        "startedAt": _time(started),
-        "endedAt": _time(ended),
-        "endReason": reservation["endReason"],
-        "gpuHours": str(decimal(hours * gpus)),
-        "cost": str(decimal(hours * price * replicas)),
-        "idleSavedGPUHours": str(decimal(_hours(saved) * gpus)),
-    }
+    record = {"user": spec.get("owner") or "", "server": meta.get("name"), "flavor": spec.get("flavor") or ""}
     gpu_type = (flavor_spec.get("gpu") or {}).get("type")
     if gpu_type:
         record["gpuType"] = gpu_type
+    record.update(replicas=replicas, gpus=gpus, pricePerHour=str(price), queuedAt=_time(queued),
+                  startedAt=_time(started))
     if reservation.get("expiresAt"):
         record["expiresAt"] = format_time(reservation["expiresAt"])
+    record.update(endedAt=_time(ended), endReason=reservation["endReason"], gpuHours=str(decimal(hours * gpus)),
+                  cost=str(decimal(hours * price * replicas)), idleSavedGPUHours=str(decimal(_hours(saved) * gpus)))
     return record
 
 
