@@ -43,23 +43,30 @@ def _meta(obj: dict[str, Any]) -> dict[str, str]:
     return {"name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace", "")}
 
 
-def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
-    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?, devuser?}):
-    only the raw object and spec, as ansible-operator passes them (the role must not depend
-    on the snake_cased copies), what observe.yml would have found and lifecycle.yml decided."""
+def _devserver_run(case: dict[str, Any]) -> dict[str, Any]:
+    """The DevServer of a case ({cr, flavor, ...}) as ansible-operator passes it: only the raw
+    object and spec (the role must not depend on the snake_cased copies), and its flavor as
+    flavor.yml indexes it."""
     cr = case["cr"]
     return {
         "ansible_operator_meta": _meta(cr),
         "_torchdev_io_devserver": cr,
         "_torchdev_io_devserver_spec": cr["spec"],
         "devserver_flavor": case["flavor"],
+    }
+
+
+def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
+    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?, devuser?}):
+    the DevServer, what observe.yml would have found and lifecycle.yml decided."""
+    return dict(_devserver_run(case), **{
         "devserver_observed": case.get("observed", []),
         "devserver_observed_pvcs": case.get("pvcs", []),
         "devserver_kueue": case.get("kueue"),
         "devserver_devuser": case.get("devuser"),
         # What lifecycle.yml would have decided for a server that just became ready.
-        "devserver_lifecycle": lifecycle_status(cr, True, "2026-01-01T00:00:00Z"),
-    }
+        "devserver_lifecycle": lifecycle_status(case["cr"], True, "2026-01-01T00:00:00Z"),
+    })
 
 
 def usage_hostvars(case: dict[str, Any]) -> dict[str, Any]:
@@ -67,17 +74,12 @@ def usage_hostvars(case: dict[str, Any]) -> dict[str, Any]:
     tasks/usage.yml renders (devserver_usage_objects) after normalize.yml, for the reservation
     lifecycle.yml decided (none: the status's, as finalize.yml passes it) and the record
     observe.yml found (none: not written yet)."""
-    cr = case["cr"]
-    return {
-        "ansible_operator_meta": _meta(cr),
-        "_torchdev_io_devserver": cr,
-        "_torchdev_io_devserver_spec": cr["spec"],
-        "devserver_flavor": case["flavor"],
+    return dict(_devserver_run(case), **{
         "devserver_observe": {"objects": {"usage_record": case.get("observed")}},
         "devserver_usage_reservation": case.get("reservation"),
         "torchdev_render_tasks": ["normalize.yml", "usage.yml"],
         "torchdev_render_objects": "devserver_usage_objects",
-    }
+    })
 
 
 def devuser_hostvars(case: dict[str, Any]) -> dict[str, Any]:
