@@ -15,6 +15,7 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import USAGE_FINALIZER
 from ansible_collections.torchdev.operator.plugins.module_utils.usage import decimal
 
 from _e2e_helpers import GROUP, ROOT, VERSION, devserver, get_ds, load, new_namespace, wait_ready
@@ -98,7 +99,7 @@ def test_expiry_cancel_and_deletion_leave_records_that_outlive_the_servers(sim, 
                                            devserver("changed-mind", lifecycle={"duration": "30m"}))
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("doomed"))
     for name in ("booked", "changed-mind", "doomed"):
-        wait_ready(sim, kube, ns, name)
+        assert USAGE_FINALIZER in wait_ready(sim, kube, ns, name)["metadata"]["finalizers"]  # watches.yaml
     assert records(kube, ns) == []  # nothing ended yet
 
     # A cancellation: one record, Cancelled before its expiry.
