@@ -18,6 +18,7 @@ from .errors import ApiError, DevctlError, NotFound, one_line
 DEVSERVERS = "devservers"
 FLAVORS = "devserverflavors"
 DEVUSERS = "devusers"
+USAGE_RECORDS = "usagerecords"
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 # The field manager of devctl's server-side applies.
 FIELD_MANAGER = "devctl"
@@ -211,15 +212,18 @@ class Api:
                           DEVSERVERS, name, kind="devserver", name=name, namespace=namespace,
                           resource=f"{DEVSERVERS}.{GROUP}")
 
-    def list_devservers(self, namespace: str | None) -> list[dict]:
+    def _list_namespaced(self, plural: str, kind: str, namespace: str | None) -> list[dict]:
+        """The objects of a namespaced torchdev kind in ``namespace`` (None: every namespace)."""
         if namespace is None:
-            result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, DEVSERVERS,
-                                kind="devserver", resource=f"{DEVSERVERS}.{GROUP}")
+            result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, plural,
+                                kind=kind, resource=f"{plural}.{GROUP}")
         else:
             result = self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace,
-                                DEVSERVERS, kind="devserver", namespace=namespace,
-                                resource=f"{DEVSERVERS}.{GROUP}")
+                                plural, kind=kind, namespace=namespace, resource=f"{plural}.{GROUP}")
         return list(result.get("items") or [])
+
+    def list_devservers(self, namespace: str | None) -> list[dict]:
+        return self._list_namespaced(DEVSERVERS, "devserver", namespace)
 
     def create_devserver(self, namespace: str, body: dict) -> dict:
         return self._call(self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
@@ -329,6 +333,10 @@ class Api:
     def delete_devuser(self, name: str) -> dict:
         return self._call(self.custom.delete_cluster_custom_object, GROUP, VERSION, DEVUSERS, name,
                           kind="devuser", name=name, resource=f"{DEVUSERS}.{GROUP}")
+
+    # UsageRecords (written by the operator; users read them) --------------------------------
+    def list_usagerecords(self, namespace: str | None) -> list[dict]:
+        return self._list_namespaced(USAGE_RECORDS, "usagerecord", namespace)
 
     # Kueue (kueue.x-k8s.io/v1beta2) ----------------------------------------------------------
     def get_localqueue(self, namespace: str, name: str) -> dict:

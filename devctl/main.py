@@ -24,6 +24,7 @@ from .queue import queue
 from .quota import quota
 from .run import run
 from .ssh import ssh
+from .usage import usage
 from .whoami import whoami
 from .train import train
 
@@ -98,7 +99,7 @@ def version(output: str) -> None:
 
 
 for _command in (create, list_, get, delete, stop, start, cancel, extend, keepalive, reserve, ssh, run, monitor,
-                 flavors, queue, quota, whoami, config_group, admin, train):
+                 flavors, queue, quota, usage, whoami, config_group, admin, train):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

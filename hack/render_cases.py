@@ -5,15 +5,20 @@ tests/devuser/test_devuser_render.py and tests/security validate what comes out.
     devserver_cases()  every sample DevServer x every sample flavor, plus suspended, a reservation, no-SSH,
                        env/shared/Secret keys, a growing home, Kueue and the DevUser's share
     devuser_cases()    the sample DevUsers and edge cases, with and without Kueue
+    usage_cases()      the UsageRecords the devserver role writes: each end reason, distributed,
+                       a deletion during a reservation, a record that exists already
 """
 from __future__ import annotations
 
 import copy
 import functools
 import zlib
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import yaml
+
+from ansible_collections.torchdev.operator.plugins.module_utils.usage import record_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "config" / "samples"
@@ -103,6 +108,55 @@ def devserver_cases() -> dict[str, dict]:
                                                   "spec": {"clusterQueue": "torchdev-jane"}},
                   "priority_class": {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": True}},
     }
+    return cases
+
+
+# --------------------------------------------------------------------------- UsageRecord
+def _ago(seconds: int) -> str:
+    """A time `seconds` before now: a record that ended longer than the retention ago is not
+    written again, so the cases end recently."""
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _reservation(started: int, ended: int | None, reason: str | None, duration: int | None = 4 * 3600) -> dict:
+    """A reservation that started `started` seconds ago and ended `ended` seconds ago."""
+    res = {"queuedAt": _ago(started + 90), "startedAt": _ago(started), "extensions": 0, "warningsSent": []}
+    if duration:
+        res.update(duration="%dh" % (duration // 3600), expiresAt=_ago(started - duration))
+    if ended is not None:
+        res.update(endedAt=_ago(ended), endReason=reason)
+    return res
+
+
+def usage_cases() -> dict[str, dict]:
+    """{case: {cr, flavor, reservation?, observed?}} (hack/render_manifests.py usage_hostvars):
+    ``reservation`` is what lifecycle.yml decided this run (absent: the status's, as on deletion)."""
+    devservers = samples("torchdev_v1alpha1_devserver_*.yaml")
+    flavor_samples = samples("torchdev_v1alpha1_devserverflavor_*.yaml")
+    standalone = devservers["torchdev_v1alpha1_devserver_standalone.yaml"]
+    distributed = devservers["torchdev_v1alpha1_devserver_distributed.yaml"]
+    gpu = flavor_samples["torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"]
+    h100 = flavor_samples["torchdev_v1alpha1_devserverflavor_gpu-h100-8.yaml"]
+    cases = {}
+    # Started 3 h ago; the 2 h reservation expired 1 h ago, the 4 h ones were stopped 2 h ago.
+    for reason in ("Expired", "Cancelled", "Idle", "Stopped"):
+        duration = 2 * 3600 if reason == "Expired" else 4 * 3600
+        cr = _devserver(standalone, "used-" + reason.lower())
+        cr["status"] = {"reservation": _reservation(3 * 3600, None, None, duration)}
+        cases[reason.lower()] = {"cr": cr, "flavor": gpu, "reservation": _reservation(
+            3 * 3600, 3600 if reason == "Expired" else 2 * 3600, reason, duration)}
+    cr = _devserver(distributed, "used-distributed", flavor=h100["metadata"]["name"])
+    cases["distributed"] = {"cr": cr, "flavor": h100, "reservation": _reservation(7200, 600, "Stopped", None)}
+    deleted = _devserver(standalone, "used-deleted")
+    deleted["metadata"]["deletionTimestamp"] = _ago(60)
+    deleted["status"] = {"reservation": _reservation(1800, None, None)}
+    cases["deleted"] = {"cr": deleted, "flavor": gpu}
+    # The record exists already (observe.yml read it): nothing to write.
+    written = copy.deepcopy(cases["cancelled"])
+    written["observed"] = {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "UsageRecord", "metadata": {
+        "name": record_name(written["cr"]["metadata"]["name"], written["reservation"]["startedAt"]),
+        "namespace": NAMESPACE}}
+    cases["written"] = written
     return cases
 
 

@@ -30,7 +30,7 @@ import yaml
 
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status
 from hack.render_cases import devserver_cases as devserver_matrix, devuser_cases as devuser_matrix
-from hack.render_cases import trainingjob_cases as trainingjob_matrix
+from hack.render_cases import trainingjob_cases as trainingjob_matrix, usage_cases as usage_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ROOT / "roles"
@@ -44,23 +44,43 @@ def _meta(obj: dict[str, Any]) -> dict[str, str]:
     return {"name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace", "")}
 
 
-def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
-    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?, devuser?}):
-    only the raw object and spec, as ansible-operator passes them (the role must not depend
-    on the snake_cased copies), what observe.yml would have found and lifecycle.yml decided."""
+def _devserver_run(case: dict[str, Any]) -> dict[str, Any]:
+    """The DevServer of a case ({cr, flavor, ...}) as ansible-operator passes it: only the raw
+    object and spec (the role must not depend on the snake_cased copies), and its flavor as
+    flavor.yml indexes it."""
     cr = case["cr"]
     return {
         "ansible_operator_meta": _meta(cr),
         "_torchdev_io_devserver": cr,
         "_torchdev_io_devserver_spec": cr["spec"],
         "devserver_flavor": case["flavor"],
+    }
+
+
+def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
+    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?, devuser?}):
+    the DevServer, what observe.yml would have found and lifecycle.yml decided."""
+    return dict(_devserver_run(case), **{
         "devserver_observed": case.get("observed", []),
         "devserver_observed_pvcs": case.get("pvcs", []),
         "devserver_kueue": case.get("kueue"),
         "devserver_devuser": case.get("devuser"),
         # What lifecycle.yml would have decided for a server that just became ready.
-        "devserver_lifecycle": lifecycle_status(cr, True, "2026-01-01T00:00:00Z"),
-    }
+        "devserver_lifecycle": lifecycle_status(case["cr"], True, "2026-01-01T00:00:00Z"),
+    })
+
+
+def usage_hostvars(case: dict[str, Any]) -> dict[str, Any]:
+    """The variables of one usage-record case ({cr, flavor, reservation?, observed?}): what
+    tasks/usage.yml renders (devserver_usage_objects) after normalize.yml, for the reservation
+    lifecycle.yml decided (none: the status's, as finalize.yml passes it) and the record
+    observe.yml found (none: not written yet)."""
+    return dict(_devserver_run(case), **{
+        "devserver_observe": {"objects": {"usage_record": case.get("observed")}},
+        "devserver_usage_reservation": case.get("reservation"),
+        "torchdev_render_tasks": ["normalize.yml", "usage.yml"],
+        "torchdev_render_objects": "devserver_usage_objects",
+    })
 
 
 def devuser_hostvars(case: dict[str, Any]) -> dict[str, Any]:
@@ -76,8 +96,11 @@ def devuser_hostvars(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def devserver_cases() -> dict[str, dict[str, Any]]:
-    """The DevServer matrix (hack/render_cases.py) as host variables."""
-    return {key: devserver_hostvars(case) for key, case in devserver_matrix().items()}
+    """The DevServer matrix (hack/render_cases.py) as host variables, and the UsageRecords the
+    role writes (cases usage_*)."""
+    cases = {key: devserver_hostvars(case) for key, case in devserver_matrix().items()}
+    cases.update({"usage_" + key: usage_hostvars(case) for key, case in usage_matrix().items()})
+    return cases
 
 
 def devuser_cases() -> dict[str, dict[str, Any]]:
@@ -128,16 +151,17 @@ def role_cases() -> dict[str, dict[str, dict[str, Any]]]:
 
 def render_roles(workdir: Path, cases: dict[str, dict[str, dict[str, Any]]] | None = None) -> dict[str, dict[str, list]]:
     """{role: {case: [objects]}}: each role's normalize.yml (if any) and render.yml, one host per case
-    ({role: {case: host variables}}, default: every role's matrix). The playbook's output is
-    kept in workdir/ansible.log."""
+    ({role: {case: host variables}}, default: every role's matrix), then the role's variable
+    <role>_objects. A case may name other task files (torchdev_render_tasks) and another
+    variable (torchdev_render_objects). The playbook's output is kept in workdir/ansible.log."""
     cases = role_cases() if cases is None else cases
     hosts = {}
     for role, role_hosts in cases.items():
         tasks = [t for t in ("normalize.yml", "render.yml") if (ROLES / role / "tasks" / t).exists()]
         for case, hostvars in role_hosts.items():
             hosts["%s__%s" % (role, case)] = dict(
-                hostvars, ansible_connection="local", ansible_python_interpreter=sys.executable,
-                torchdev_render_role=role, torchdev_render_tasks=tasks)
+                dict(torchdev_render_tasks=tasks, torchdev_render_objects=role + "_objects"), **hostvars,
+                ansible_connection="local", ansible_python_interpreter=sys.executable, torchdev_render_role=role)
     (workdir / "inventory.json").write_text(json.dumps({"all": {"hosts": hosts}}))
     (workdir / "render.yml").write_text(yaml.safe_dump([{
         "name": "Render the objects of every role",
@@ -151,7 +175,7 @@ def render_roles(workdir: Path, cases: dict[str, dict[str, dict[str, Any]]] | No
              "loop": "{{ torchdev_render_tasks }}"},
             {"name": "Dump the rendered objects",
              "ansible.builtin.copy": {
-                 "content": "{{ lookup('ansible.builtin.vars', torchdev_render_role ~ '_objects') | to_json }}",
+                 "content": "{{ lookup('ansible.builtin.vars', torchdev_render_objects) | to_json }}",
                  "dest": str(workdir) + "/{{ inventory_hostname }}.json", "mode": "0644"}},
         ],
     }]))

@@ -24,6 +24,7 @@ SAMPLES_DIR = ROOT / "config" / "samples"
 DEVSERVER_CRD = CRD_DIR / "bases" / "torchdev.io_devservers.yaml"
 FLAVOR_CRD = CRD_DIR / "bases" / "torchdev.io_devserverflavors.yaml"
 DEVUSER_CRD = CRD_DIR / "bases" / "torchdev.io_devusers.yaml"  # admission cases: tests/devuser/test_crd.py
+USAGE_CRD = CRD_DIR / "bases" / "torchdev.io_usagerecords.yaml"
 VERSION = "v1alpha1"
 YAMLLINT_CONFIG = "{extends: default, rules: {line-length: {max: 160}, document-start: disable}}"
 
@@ -40,7 +41,8 @@ def load(path: Path) -> dict:
         return yaml.safe_load(f)
 
 
-CRDS = {"DevServer": load(DEVSERVER_CRD), "DevServerFlavor": load(FLAVOR_CRD), "DevUser": load(DEVUSER_CRD)}
+CRDS = {"DevServer": load(DEVSERVER_CRD), "DevServerFlavor": load(FLAVOR_CRD), "DevUser": load(DEVUSER_CRD),
+        "UsageRecord": load(USAGE_CRD)}
 CRDS["TrainingJob"] = load(CRD_DIR / "bases" / "torchdev.io_trainingjobs.yaml")  # admission cases: tests/trainingjob/test_trainingjob_crd.py
 
 
@@ -202,6 +204,9 @@ def test_rule_inventory():
     assert any("matches" in r for r in ds["spec.sshPublicKeys[]"])
     fl = {p: rs for (k, p), rs in by_path.items() if k == "DevServerFlavor"}
     assert any("compareTo" in r and ">= 0" in r for r in fl["spec.resources"])
+    ur = {p: rs for (k, p), rs in by_path.items() if k == "UsageRecord"}
+    assert "self == oldSelf" in ur["spec"]  # written once
+    assert any("matches" in r for r in ur["spec.user"])
 
 
 def test_devserver_names_and_columns():
@@ -232,6 +237,22 @@ def test_flavor_names_and_columns():
     assert v["served"] and v["storage"] and v["subresources"] == {"status": {}}
     assert [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")] == \
         ["GPU-Type", "GPUs", "CPU", "Memory", "Price/h", "Age"]
+
+
+def test_usagerecord_names_and_columns():
+    crd = CRDS["UsageRecord"]
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == "usagerecords.torchdev.io"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["shortNames"] == ["ur"]
+    assert spec["names"]["categories"] == ["torchdev"]  # not `all`: kubectl get all stays about what runs
+    v = version_of(crd)
+    assert v["served"] and v["storage"] and v["subresources"] == {"status": {}}
+    assert [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")] == \
+        ["User", "Server", "Flavor", "GPUs", "Reason", "GPU-Hours", "Cost", "Ended", "Age"]
+    props = root_schema(crd)["properties"]["spec"]["properties"]
+    from ansible_collections.torchdev.operator.plugins.module_utils.usage import END_REASONS
+    assert props["endReason"]["enum"] == list(END_REASONS)
 
 
 @pytest.mark.parametrize("kind", CRDS)
@@ -468,6 +489,57 @@ def test_invalid_devservers(models, ApiError, obj, field, text):
         assert field in fields or f"{field}:" in err.message, (fields, err.message)
 
 
+def usage_record(**spec: Any) -> dict:
+    obj = load(SAMPLES_DIR / "torchdev_v1alpha1_usagerecord.yaml")
+    obj["spec"].update(spec)
+    return obj
+
+
+# (id, mutation of the sample's spec, field path the error must name, text the error must contain)
+INVALID_USAGE_RECORDS = [
+    ("unknown-reason", {"endReason": "Evicted"}, "spec.endReason", "Unsupported value"),
+    ("negative-gpus", {"gpus": -1}, "spec.gpus", "greater than or equal to 0"),
+    ("gpus-not-per-replica", {"replicas": 2, "gpus": 3}, "spec.gpus", "replicas x the flavor's GPUs"),
+    ("float-cost", {"cost": "1.23456"}, "spec.cost", "should match"),
+    ("negative-gpu-hours", {"gpuHours": "-1.0000"}, "spec.gpuHours", "should match"),
+    ("user-not-email", {"user": "jane"}, "spec.user", "user must be an e-mail address"),
+    ("bad-time", {"endedAt": "yesterday"}, "spec.endedAt", "date-time"),
+    ("no-replicas", {"replicas": 0}, "spec.replicas", "greater than or equal to 1"),
+]
+
+
+@pytest.mark.parametrize("mutation,field,text", [pytest.param(m, f, t, id=i) for i, m, f, t in INVALID_USAGE_RECORDS])
+def test_invalid_usage_records(models, ApiError, mutation, field, text):
+    with pytest.raises(ApiError) as ei:
+        models["UsageRecord"].admit(usage_record(**mutation))
+    err = ei.value
+    assert err.code == 422 and text in err.message, err.message
+    fields = [c.get("field") for c in err.details.get("causes", [])]
+    assert field in fields or f"{field}:" in err.message, (fields, err.message)
+
+
+def test_usage_record_without_required_fields_is_rejected(models, ApiError):
+    obj = usage_record()
+    del obj["spec"]["endedAt"], obj["spec"]["cost"]
+    with pytest.raises(ApiError) as ei:
+        models["UsageRecord"].admit(obj)
+    assert "spec.endedAt" in ei.value.message and "spec.cost" in ei.value.message
+
+
+def test_usage_record_spec_is_immutable(models, ApiError):
+    old = models["UsageRecord"].admit(usage_record())
+    for mutation in ({"cost": "0.0001"}, {"endReason": "Stopped"}, {"gpuType": None}):
+        new = copy.deepcopy(old)
+        new["spec"].update(mutation)
+        new["spec"] = {k: v for k, v in new["spec"].items() if v is not None}
+        with pytest.raises(ApiError) as ei:
+            models["UsageRecord"].admit(new, old=copy.deepcopy(old))
+        assert ei.value.code == 422 and "spec is immutable" in ei.value.message, mutation
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"]["team"] = "ml"  # metadata is not the record
+    assert models["UsageRecord"].admit(relabelled, old=copy.deepcopy(old))["metadata"]["labels"]["team"] == "ml"
+
+
 def _update(models: dict, kind: str, old_obj: dict, mutate: Callable[[dict], None]) -> dict:
     model = models[kind]
     old = model.admit(copy.deepcopy(old_obj))
@@ -619,7 +691,7 @@ def test_kustomize_crd_builds():
     docs = kustomize(CRD_DIR)
     assert sorted(d["metadata"]["name"] for d in docs) == ["devserverflavors.torchdev.io",
                                                            "devservers.torchdev.io", "devusers.torchdev.io",
-                                                           "trainingjobs.torchdev.io"]
+                                                           "trainingjobs.torchdev.io", "usagerecords.torchdev.io"]
     for d in docs:
         assert d == CRDS[d["spec"]["names"]["kind"]]
 

@@ -10,18 +10,22 @@ every manifest is validated strictly against the Kubernetes 1.33 OpenAPI schema.
 from __future__ import annotations
 
 import copy
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from ansible_collections.torchdev.operator.plugins.module_utils import plan
 from hack import render_manifests
-from hack.render_cases import NAMESPACE, devserver_cases
+from hack.render_cases import NAMESPACE, devserver_cases, usage_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S_VERSION = "1.33.0"
 CASES = devserver_cases()
+USAGE = usage_cases()  # the UsageRecords the role writes (tasks/usage.yml), rendered as "usage_<case>"
 QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
 
@@ -30,6 +34,7 @@ def rendered(tmp_path_factory):
     """{case: [objects]} through hack/render_manifests.py (the renderer `make checkov` and
     tests/security use): one ansible-playbook run for the whole matrix."""
     cases = {key: render_manifests.devserver_hostvars(case) for key, case in CASES.items()}
+    cases.update({"usage_" + key: render_manifests.usage_hostvars(case) for key, case in USAGE.items()})
     return render_manifests.render_roles(tmp_path_factory.mktemp("render"), {"devserver": cases})["devserver"]
 
 
@@ -299,3 +304,45 @@ def test_standalone_single_process_env_and_ports(rendered):
     assert not any(k.startswith(("NCCL_", "FI_")) for k in env)
     headless = _by_kind(rendered["jane-dev__gpu-a10g-1"])[("Service", "jane-dev")]
     assert [p["name"] for p in headless["spec"]["ports"]] == ["ssh"]
+
+
+# --- UsageRecords (tasks/usage.yml) --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def usage_model():
+    from kubesim import validation
+
+    crd = yaml.safe_load((ROOT / "config" / "crd" / "bases" / "torchdev.io_usagerecords.yaml").read_text())
+    return validation.CRDModel(crd).version("v1alpha1")
+
+
+@pytest.mark.parametrize("case", sorted(k for k in USAGE if k != "written"))
+def test_usage_record(rendered, usage_model, case):
+    """One record per ended reservation, valid against its CRD (strict), in the DevServer's
+    namespace, labelled as the server's, with NO ownerReference (it outlives the DevServer)."""
+    from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
+    from ansible_collections.torchdev.operator.plugins.module_utils.usage import decimal, record_name
+
+    (record,) = rendered["usage_" + case]
+    cr, flavor = USAGE[case]["cr"], USAGE[case]["flavor"]
+    reservation = USAGE[case].get("reservation") or cr["status"]["reservation"]
+    stored = usage_model.admit(copy.deepcopy(record), field_validation="Strict")
+    assert stored["spec"] == record["spec"]  # nothing pruned or defaulted
+    meta, spec = record["metadata"], record["spec"]
+    assert meta["namespace"] == NAMESPACE and "ownerReferences" not in meta
+    assert meta["name"] == record_name(cr["metadata"]["name"], reservation["startedAt"])
+    assert meta["labels"]["torchdev.io/devserver"] == cr["metadata"]["name"] == spec["server"]
+    assert meta["labels"]["app.kubernetes.io/name"] == "usagerecord" and meta["labels"]["torchdev.io/flavor"] == spec["flavor"]
+    assert spec["user"] == cr["spec"]["owner"] and spec["flavor"] == flavor["metadata"]["name"]
+    assert spec["gpus"] == spec["replicas"] * flavor_gpu_count(flavor["spec"])
+    assert spec["endReason"] == ("Deleted" if case == "deleted" else reservation["endReason"])
+    seconds = (datetime.fromisoformat(spec["endedAt"]) - datetime.fromisoformat(spec["startedAt"])).total_seconds()
+    hours = Decimal(int(seconds)) / 3600
+    assert decimal(hours * spec["gpus"]) == decimal(spec["gpuHours"])
+    assert decimal(hours * decimal(flavor["spec"]["pricePerHour"]) * spec["replicas"]) == decimal(spec["cost"])
+    assert (decimal(spec["idleSavedGPUHours"]) > 0) is (case == "idle")
+
+
+def test_an_existing_usage_record_renders_nothing(rendered):
+    """observe.yml found the record: nothing to write (zero write requests)."""
+    assert rendered["usage_written"] == [] and rendered["usage_cancelled"]

@@ -49,6 +49,9 @@ STOPPED_BY_ANNOTATION = API_GROUP + "/stopped-by"
 STOPPED_AT_ANNOTATION = API_GROUP + "/stopped-at"
 # status.reservation.endReason by the stopped-by annotation.
 STOP_REASONS = {"user": "Stopped", "idle": "Idle", "expired": "Expired", "cancelled": "Cancelled"}
+# The DevServer watch's finalizer (watches.yaml): a DevServer deleted during a reservation
+# leaves its UsageRecord (endReason Deleted) before it goes.
+USAGE_FINALIZER = API_GROUP + "/devserver-usage"
 PRIMARY_RESOURCE_ANNOTATION = "operator-sdk/primary-resource"
 PRIMARY_RESOURCE_TYPE_ANNOTATION = "operator-sdk/primary-resource-type"
 

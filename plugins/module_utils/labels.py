@@ -58,6 +58,14 @@ def devserver_labels(name, owner, flavor, component="server"):
     return result
 
 
+def usage_labels(server, owner, flavor):
+    """The labels of a DevServer's UsageRecord: the DevServer's (``torchdev.io/devserver``,
+    ``owner``, ``flavor`` select a server's, a user's, a flavor's records) as a ``usagerecord``."""
+    result = devserver_labels(server, owner, flavor, component="usage")
+    result[LABEL_NAME] = "usagerecord"
+    return result
+
+
 # --------------------------------------------------------------------------- DevUser
 def devuser_labels(name, email, component):
     """The labels of the objects a DevUser renders (``torchdev.io/user`` selects them)."""

@@ -177,8 +177,8 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
     reconcile); ``activity``: the ConfigMap <name>-activity the agents patch; ``pods``: the
     server's live pods.  Returns a dict:
 
-    - ``reservation``: status.reservation (None removes it): duration, startedAt, expiresAt,
-      extensions, warningsSent, and endedAt / endReason once it ended
+    - ``reservation``: status.reservation (None removes it): queuedAt, duration, startedAt,
+      expiresAt, extensions, warningsSent, and endedAt / endReason once it ended
     - ``idle``: status.idle (None removes it): since, deadline, autoShutdown, warningsSent
     - ``stop``: None, or {reason: Expired|Idle, message} -- the operator stops the server now
     - ``events``: [{reason, message}] -- warnings to announce now (one Event each)
@@ -221,7 +221,8 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
             # record until the next one starts.
             return result
         # A new reservation (None removes the last one's keys in the status merge patch).
-        old = {"startedAt": _time(now_s), "extensions": 0, "warningsSent": [], "endedAt": None, "endReason": None}
+        old = {"queuedAt": queued_at(cr, now_s), "startedAt": _time(now_s), "extensions": 0, "warningsSent": [],
+               "endedAt": None, "endReason": None}
     reservation = dict(old)
     deadlines = []
     if lifecycle.get("duration"):
@@ -309,6 +310,22 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
     if deadlines and not result["stop"]:
         result["requeue"] = "%ds" % max(1, min(deadlines) - now_s)
     return result
+
+
+def queued_at(cr, now):
+    """When the reservation starting now was asked for: since when the server has been
+    Progressing (queued or provisioning: the condition's lastTransitionTime in the status the
+    run started from), else, for its first reservation, its creation; else now (the wait is
+    unknown).  usage.py records startedAt - queuedAt as the wait."""
+    status = (cr or {}).get("status") or {}
+    now_s = _seconds(now) if not isinstance(now, int) else now
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("status") == "True" and cond.get("lastTransitionTime"):
+            return _time(min(now_s, _seconds(cond["lastTransitionTime"])))
+    created = ((cr or {}).get("metadata") or {}).get("creationTimestamp")
+    if created and not (status.get("reservation") or {}).get("startedAt"):
+        return _time(min(now_s, _seconds(created)))
+    return _time(now_s)
 
 
 def spec_replicas(cr):

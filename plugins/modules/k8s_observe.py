@@ -38,6 +38,9 @@ options:
       - A query with C(discovery=true) and only C(api_version) asks whether that group
         version is served; its result is the list of its resource names (plurals, no
         subresources), or C(null) when the group version is not served.
+      - A named query with C(optional=true) may have an empty C(name), for an object that has
+        no name yet (the usage record of a DevServer that never started). Then no request is
+        made and its result is C(null).
     type: dict
     required: true
   devuser:
@@ -182,6 +185,11 @@ def query_path(query, default_namespace):
     return path
 
 
+def skipped(query):
+    """An optional named query whose name is empty: no request, null."""
+    return bool(query.get("optional")) and "name" in query and not query.get("name") and not query.get("label_selector")
+
+
 def validate_query(name, query):
     if not isinstance(query, dict):
         return "query %s must be a dict" % name
@@ -193,6 +201,8 @@ def validate_query(name, query):
     for key in ("api_version", "plural"):
         if not query.get(key):
             return "query %s needs %s" % (name, key)
+    if skipped(query):
+        return None
     if sum(1 for k in ("name", "label_selector", "all") if query.get(k)) != 1:
         return "query %s needs exactly one of name and label_selector (or all: true)" % name
     return None
@@ -306,6 +316,9 @@ def run(module):
         error = validate_query(qname, query)
         if error:
             module.fail_json(msg=error)
+        if skipped(query):
+            objects[qname] = None
+            continue
         try:
             objects[qname] = reader.query(query, params.get("namespace"))
         except ValueError as exc:

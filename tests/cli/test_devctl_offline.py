@@ -16,7 +16,7 @@ from devctl_helpers import invoke
 
 SUBCOMMANDS = [[], ["create"], ["list"], ["get"], ["delete"], ["ssh"], ["flavors"],
                ["config"], ["config", "view"], ["config", "set-namespace"], ["version"],
-               ["whoami"], ["quota"], ["queue"], ["admin"], ["admin", "onboard"],
+               ["whoami"], ["quota"], ["queue"], ["usage"], ["admin"], ["admin", "onboard"],
                ["admin", "offboard"], ["admin", "users"]]
 
 

@@ -54,6 +54,11 @@ def test_user_role(deployed):
         assert _allows(rules, "", res, "create") and _allows(rules, "", res, "get")
     assert _allows(rules, "kueue.x-k8s.io", "localqueues", "list") and _allows(rules, "kueue.x-k8s.io", "workloads", "get")
     assert not _allows(rules, "kueue.x-k8s.io", "localqueues", "create")
+    # usage records: read, never changed or deleted by their user
+    for verb in ("get", "list", "watch"):
+        assert _allows(rules, "torchdev.io", "usagerecords", verb)
+    for verb in ("create", "update", "patch", "delete", "deletecollection"):
+        assert not _allows(rules, "torchdev.io", "usagerecords", verb), verb
     # nothing that writes outside a namespace, nothing on RBAC or Secrets, no wildcards
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule.get("apiGroups", [])

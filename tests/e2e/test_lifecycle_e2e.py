@@ -98,12 +98,16 @@ def test_reservation_warns_on_every_channel_then_expires_keeping_home(sim, kube,
     assert obj["spec"]["suspend"] is True
     assert obj["status"]["reservation"]["endReason"] == "Expired"
     assert condition(obj, "Ready")["reason"] == "Expired"
+    # The warnings, in order, each once and as an Event.  A warning is only sent by a reconcile
+    # that starts before the expiry: on a busy machine the run due 8 s before it may decide after
+    # it, and then the expiry itself is what the user gets (so only the first is required).
     sent = obj["status"]["reservation"]["warningsSent"]
-    assert sent == sorted(sent, reverse=True) and sent[-1] == WARNINGS[-1]
+    assert sent == sorted(sent, reverse=True) and sent[0] == WARNINGS[0] and set(sent) <= set(WARNINGS)
     warnings = events(kube, ns, "booked", "ReservationExpiring")
-    assert warnings, "no ReservationExpiring Event"
+    assert 1 <= len(warnings) <= len(sent), [e.message for e in warnings]  # several due at once: one Event
     lefts = [parse_duration(e.message.split("(in ")[1].split(")")[0]) for e in warnings]
     assert lefts == sorted(lefts, reverse=True), [e.message for e in warnings]   # in order
+    assert all(0 < left <= WARNINGS[0] for left in lefts), lefts
     assert len(events(kube, ns, "booked", "ReservationExpired")) == 1
     assert kube["apps"].read_namespaced_stateful_set("booked", ns).spec.replicas == 0
     assert kube["core"].read_namespaced_persistent_volume_claim("home-booked-0", ns).metadata.uid == home_uid

@@ -28,3 +28,13 @@ def test_labels_and_selector():
     assert set(labels.selector_labels("x").items()) <= set(got.items())
     assert set(labels.stable_labels("x").items()) <= set(got.items())
     assert "torchdev.io/flavor" not in labels.stable_labels("x")
+
+
+def test_usage_labels_select_by_server_owner_and_flavor_but_not_as_a_server():
+    out = labels.usage_labels("dev", "jane@example.com", "gpu-a10g-1")
+    assert out == {"app.kubernetes.io/name": "usagerecord", "app.kubernetes.io/instance": "dev",
+                   "app.kubernetes.io/part-of": "torchdev", "app.kubernetes.io/managed-by": "torchdev-operator",
+                   "torchdev.io/devserver": "dev", "app.kubernetes.io/component": "usage",
+                   "torchdev.io/owner": "jane_at_example.com", "torchdev.io/flavor": "gpu-a10g-1"}
+    # the DevServer's pod selector does not match a record
+    assert not set(labels.selector_labels("dev").items()) <= set(out.items())

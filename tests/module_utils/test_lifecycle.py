@@ -147,6 +147,27 @@ def test_a_start_after_a_stop_begins_a_new_reservation():
     assert out["reservation"]["endedAt"] is None and out["reservation"]["endReason"] is None
 
 
+PROGRESSING = {"type": "Progressing", "status": "True", "reason": "Queued", "lastTransitionTime": at(-600)}
+
+
+@pytest.mark.parametrize("status, created, expected", [
+    # queued (or provisioning) since the condition turned True: the wait a UsageRecord reports
+    ({"conditions": [PROGRESSING]}, at(-3600), at(-600)),
+    # no Progressing=True in the status the run started from: the first reservation counts from creation
+    ({}, at(-60), at(-60)),
+    ({"conditions": [dict(PROGRESSING, status="False")]}, at(-60), at(-60)),
+    # a later reservation without it: unknown, so no wait (never the time since creation)
+    ({"reservation": {"startedAt": at(-7200), "endedAt": at(-3600), "endReason": "Stopped"}}, at(-9000), T0),
+    # never in the future
+    ({"conditions": [dict(PROGRESSING, lastTransitionTime=at(60))]}, None, T0),
+])
+def test_a_new_reservation_records_when_it_was_asked_for(status, created, expected):
+    cr = server(status, duration="1h")
+    cr["metadata"]["creationTimestamp"] = created
+    out = lifecycle.lifecycle_status(cr, True, T0)
+    assert out["reservation"]["queuedAt"] == expected and out["reservation"]["startedAt"] == T0
+
+
 @pytest.mark.parametrize("report, pod, expected", [
     (activity("idle", at(100)), POD, 100),
     (activity("active", at(100)), POD, None),

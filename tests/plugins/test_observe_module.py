@@ -34,6 +34,9 @@ def test_query_path_needs_a_namespace():
     ({"api_version": "v1", "plural": "services", "name": "x", "label_selector": "a=b"}, "exactly one"),
     ("nope", "must be a dict"),
     ({"api_version": "v1", "plural": "services", "name": "x"}, None),
+    ({"api_version": "v1", "plural": "services", "name": "", "optional": True}, None),
+    ({"api_version": "v1", "plural": "services", "name": ""}, "exactly one of name"),
+    ({"api_version": "v1", "plural": "services", "optional": True}, "exactly one of name"),
 ])
 def test_validate_query(query, error):
     got = observe.validate_query("q", query)
@@ -49,6 +52,8 @@ def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):
     args = {"ANSIBLE_MODULE_ARGS": {"namespace": "default", "queries": {
         "ns": {"api_version": "v1", "plural": "namespaces", "name": "default", "cluster": True},
         "missing": {"api_version": "v1", "plural": "services", "name": "nope"},
+        "unnamed": {"api_version": "v1", "plural": "services", "name": "", "optional": True},
+        "named": {"api_version": "v1", "plural": "namespaces", "name": "default", "cluster": True, "optional": True},
         "classes": {"api_version": "storage.k8s.io/v1", "plural": "storageclasses", "label_selector": "!x",
                     "cluster": True},
     }}}
@@ -57,6 +62,7 @@ def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):
     objects = result["objects"]
     assert objects["ns"]["metadata"]["name"] == "default"
     assert objects["missing"] is None
+    assert objects["unnamed"] is None and objects["named"]["metadata"]["name"] == "default"
     assert {o["metadata"]["name"] for o in objects["classes"]} >= {"gp3", "efs-sc"}
     assert all(o["kind"] == "StorageClass" for o in objects["classes"])
     assert kubesim.writes() == 0

@@ -105,7 +105,7 @@ OWN_ALLOWED = [
     Access("", "pods/portforward", "create"), Access("", "events", "list"), Access("", "services", "get"),
     Access("apps", "statefulsets", "get"), Access("", "persistentvolumeclaims", "delete"),
     Access("", "resourcequotas", "get"), Access("", "namespaces", "get"),
-]
+] + [Access("torchdev.io", "usagerecords", v) for v in ("get", "list", "watch")]
 OWN_DENIED = [
     Access("", "secrets", "get"), Access("", "secrets", "list"),       # the ssh-public-keys Secret
     Access("", "pods", "create"), Access("", "pods", "delete"),          # pods only through DevServers
@@ -115,7 +115,9 @@ OWN_DENIED = [
     Access("rbac.authorization.k8s.io", "rolebindings", "create"), Access("", "namespaces", "delete"),
     Access("kueue.x-k8s.io", "localqueues", "patch"), Access("torchdev.io", "devservers/status", "patch"),
     Access("", "serviceaccounts", "create"), Access("", "serviceaccounts/token", "create"),
-]
+] + [  # usage records: what their reservations used is the operator's to write, never the user's
+    Access("torchdev.io", "usagerecords", v) for v in ("create", "update", "patch", "delete", "deletecollection")] + [
+    Access("torchdev.io", "usagerecords/status", "update"), Access("torchdev.io", "usagerecords/status", "patch")]
 
 
 @pytest.mark.parametrize("access", OWN_ALLOWED, ids=str)

@@ -1,0 +1,218 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0
+"""Usage records: what one ended reservation of a DevServer used (the UsageRecord kind), when a
+record is pruned, and the per-user / per-flavor summary of many records (devctl usage).
+
+A record is written once by the devserver role when a reservation ends (status.reservation
+endReason: Expired, Cancelled, Idle, Stopped) or when the DevServer is deleted during one
+(Deleted, the finalizer torchdev.io/devserver-usage), and deleted by the usagerecord role when
+its retention has passed.  Its name is ``<server>-<startedAt as Unix seconds>``: a repeated
+reconcile finds the record it would write and writes nothing.
+
+Money and hours are decimal strings with 4 places ("12.1200"): exact sums, no floats in the
+API.  Times are RFC 3339 UTC strings with second precision.  docs/api.md "UsageRecord".
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
+    _seconds, _time, format_time, parse_time, spec_replicas)
+
+# status.reservation.endReason (lifecycle.py, STOP_REASONS) and Deleted (the finalizer).
+END_REASONS = ("Expired", "Cancelled", "Idle", "Stopped", "Deleted")
+DELETED = "Deleted"
+# The operator setting TORCHDEV_USAGE_RETENTION (roles' defaults) when it is not set.
+DEFAULT_RETENTION = "90d"
+PLACES = Decimal("0.0001")
+
+_RETENTION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_retention(value):
+    """Seconds of a retention such as "90d", "2160h", "1d12h", "120s" or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("not a retention: %r" % (value,))
+    if isinstance(value, int):
+        seconds = value
+    else:
+        text = str(value if value is not None else "").strip()
+        match = _RETENTION.match(text)
+        if text.isdigit():
+            seconds = int(text)
+        elif not text or not match:
+            raise ValueError("%r is not a retention such as 90d, 2160h or 120s" % (value,))
+        else:
+            days, hours, minutes, secs = (int(part or 0) for part in match.groups())
+            seconds = ((days * 24 + hours) * 60 + minutes) * 60 + secs
+    if seconds <= 0:
+        raise ValueError("a retention must be longer than 0s, got %r" % (value,))
+    return seconds
+
+
+def decimal(value):
+    """A non-negative Decimal with 4 places, as the records store hours and money."""
+    try:
+        number = Decimal(str(value if value not in (None, "") else 0))
+    except InvalidOperation:
+        raise ValueError("not a decimal number: %r" % (value,))
+    return max(number, Decimal(0)).quantize(PLACES, rounding=ROUND_HALF_UP)
+
+
+def _hours(seconds):
+    return Decimal(max(0, int(seconds))) / Decimal(3600)
+
+
+def record_name(server, started_at):
+    """``<server>-<startedAt as Unix seconds>``: one record per reservation (a DevServer name
+    is at most 52 characters, so the name fits a DNS label)."""
+    return "%s-%d" % (server, _seconds(started_at))
+
+
+def usage_record_name(cr):
+    """The name of the record of the DevServer's current (or last) reservation, "" when it has
+    none: what observe.yml reads to learn whether the record exists."""
+    reservation = ((cr or {}).get("status") or {}).get("reservation") or {}
+    if not reservation.get("startedAt"):
+        return ""
+    return record_name(((cr or {}).get("metadata") or {}).get("name"), reservation["startedAt"])
+
+
+def ended_reservation(cr, reservation=None):
+    """The reservation to record, with endedAt and endReason, or None: a reservation that ended
+    (``reservation``, default status.reservation), or the running one of a DevServer being
+    deleted (ended at its deletionTimestamp, reason Deleted)."""
+    meta = (cr or {}).get("metadata") or {}
+    if reservation is None:
+        reservation = ((cr or {}).get("status") or {}).get("reservation")
+    reservation = reservation or {}
+    if not reservation.get("startedAt"):
+        return None
+    if reservation.get("endedAt") and reservation.get("endReason"):
+        return reservation
+    if meta.get("deletionTimestamp"):
+        return dict(reservation, endedAt=format_time(meta["deletionTimestamp"]), endReason=DELETED)
+    return None
+
+
+def usage_spec(cr, reservation, flavor_spec):
+    """The spec of the record of an ended ``reservation`` of the DevServer ``cr`` with the
+    flavor spec ``flavor_spec`` (None: the flavor is gone, no GPUs or price known)."""
+    meta = (cr or {}).get("metadata") or {}
+    spec = (cr or {}).get("spec") or {}
+    flavor_spec = flavor_spec or {}
+    replicas = spec_replicas(cr)
+    try:
+        per_replica = flavor_gpu_count(flavor_spec)
+    except ValueError:
+        per_replica = 0
+    gpus = replicas * per_replica
+    started = _seconds(reservation["startedAt"])
+    ended = max(started, _seconds(reservation["endedAt"]))
+    # queuedAt: when the server asked to run (lifecycle.py); a reservation from before that
+    # field counts from the DevServer's creation.
+    queued = reservation.get("queuedAt") or meta.get("creationTimestamp") or reservation["startedAt"]
+    queued = min(_seconds(queued), started)
+    hours = _hours(ended - started)
+    price = decimal(flavor_spec.get("pricePerHour"))
+    saved = 0
+    if reservation.get("endReason") == "Idle" and reservation.get("expiresAt"):
+        saved = _seconds(reservation["expiresAt"]) - ended
+    record = {"user": spec.get("owner") or "", "server": meta.get("name"), "flavor": spec.get("flavor") or ""}
+    gpu_type = (flavor_spec.get("gpu") or {}).get("type")
+    if gpu_type:
+        record["gpuType"] = gpu_type
+    record.update(replicas=replicas, gpus=gpus, pricePerHour=str(price), queuedAt=_time(queued),
+                  startedAt=_time(started))
+    if reservation.get("expiresAt"):
+        record["expiresAt"] = format_time(reservation["expiresAt"])
+    record.update(endedAt=_time(ended), endReason=reservation["endReason"], gpuHours=str(decimal(hours * gpus)),
+                  cost=str(decimal(hours * price * replicas)), idleSavedGPUHours=str(decimal(_hours(saved) * gpus)))
+    return record
+
+
+def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEFAULT_RETENTION):
+    """{name, spec} of the record to write for the DevServer ``cr`` now, or None: nothing has
+    ended (see ended_reservation), or it ended longer than ``retention`` ago (its record is
+    pruned, or about to be: it is not written again)."""
+    ended = ended_reservation(cr, reservation)
+    if ended is None:
+        return None
+    if now is not None and _seconds(now) >= _seconds(ended["endedAt"]) + parse_retention(retention):
+        return None
+    name = record_name(((cr or {}).get("metadata") or {}).get("name"), ended["startedAt"])
+    return {"name": name, "spec": usage_spec(cr, ended, flavor_spec)}
+
+
+def usage_prune(record, now, retention=DEFAULT_RETENTION):
+    """Whether the usagerecord role deletes ``record`` now ({prune: true}) or else when to look
+    again ({prune: false, requeue: "<seconds>s"}: exactly when the retention ends, a
+    per-object requeue).  The retention counts from spec.endedAt (the creation time of a
+    record without one)."""
+    spec = (record or {}).get("spec") or {}
+    ended = spec.get("endedAt") or ((record or {}).get("metadata") or {}).get("creationTimestamp")
+    if not ended:
+        raise ValueError("a usage record needs spec.endedAt or metadata.creationTimestamp")
+    due = _seconds(ended) + parse_retention(retention)
+    left = due - _seconds(now)
+    if left <= 0:
+        return {"prune": True, "requeue": "", "due": _time(due)}
+    return {"prune": False, "requeue": "%ds" % left, "due": _time(due)}
+
+
+# --------------------------------------------------------------------------- the summary
+def _empty(key):
+    return {"key": key, "launched": 0, "ended": dict((reason, 0) for reason in END_REASONS),
+            "earlyCancellations": 0, "meanWaitSeconds": 0, "gpuHours": "0.0000", "cost": "0.0000",
+            "idleSavedGPUHours": "0.0000"}
+
+
+def _add(row, spec, waits):
+    row["launched"] += 1
+    reason = spec.get("endReason")
+    if reason in row["ended"]:
+        row["ended"][reason] += 1
+    ended, expires = spec.get("endedAt"), spec.get("expiresAt")
+    if reason == "Cancelled" and expires and ended and _seconds(ended) < _seconds(expires):
+        row["earlyCancellations"] += 1
+    if spec.get("startedAt") and spec.get("queuedAt"):
+        waits.append(max(0, _seconds(spec["startedAt"]) - _seconds(spec["queuedAt"])))
+    for field in ("gpuHours", "cost", "idleSavedGPUHours"):
+        row[field] = str(decimal(Decimal(row[field]) + decimal(spec.get(field))))
+
+
+def usage_summary(records, since=None, user=None):
+    """Aggregate UsageRecords (objects or their specs) per user, per flavor and in total:
+    reservations launched, ended by reason, early cancellations (Cancelled before expiresAt),
+    the mean wait (startedAt - queuedAt, whole seconds), GPU-hours, cost and the GPU-hours
+    an idle shutdown saved.  ``since``: only records that ended at or after that time;
+    ``user``: only that user's records.  Returns {records, byUser, byFlavor, total}, rows
+    sorted by key."""
+    specs = []
+    for record in records or []:
+        spec = record.get("spec") if isinstance(record.get("spec"), dict) else record
+        if user and spec.get("user") != user:
+            continue
+        if since and (not spec.get("endedAt") or parse_time(spec["endedAt"]) < parse_time(since)):
+            continue
+        specs.append(spec)
+    result = {"records": len(specs)}
+    for group, field in (("byUser", "user"), ("byFlavor", "flavor")):
+        rows, waits = {}, {}
+        for spec in specs:
+            key = spec.get(field) or ""
+            _add(rows.setdefault(key, _empty(key)), spec, waits.setdefault(key, []))
+        for key, row in rows.items():
+            row["meanWaitSeconds"] = int(round(sum(waits[key]) / float(len(waits[key])))) if waits[key] else 0
+        result[group] = [rows[key] for key in sorted(rows)]
+    total, waits = _empty("total"), []
+    for spec in specs:
+        _add(total, spec, waits)
+    total["meanWaitSeconds"] = int(round(sum(waits) / float(len(waits)))) if waits else 0
+    result["total"] = total
+    return result

@@ -1,0 +1,236 @@
+"""End to end: usage records (issue 13.3) on kubesim with the local runtime and the real roles.
+
+Reservations last seconds (as in test_lifecycle_e2e.py) and the retention is short
+(TORCHDEV_USAGE_RETENTION, an operator setting, in this module's runtime): an expiry, a
+cancellation, an idle shutdown and a deletion each leave one UsageRecord, the records outlive
+their DevServers, an unchanged record costs no write, and records past their retention are
+pruned at that second (a per-object requeue).  `devctl usage` reads what the operator wrote.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+from click.testing import CliRunner
+
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import USAGE_FINALIZER
+from ansible_collections.torchdev.operator.plugins.module_utils.usage import decimal
+
+from _e2e_helpers import GROUP, ROOT, VERSION, devserver, get_ds, load, new_namespace, wait_ready
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+RETENTION = 600  # seconds: the records the operator writes here outlive the module
+A10G_PRICE = Decimal("1.2120")  # config/samples gpu-a10g-1
+
+
+@pytest.fixture(scope="module")
+def runtime(sim, kube):
+    from torchdev_runtime.runtime import Runtime
+
+    env = {"TORCHDEV_LIFECYCLE_WARNINGS": "5s", "TORCHDEV_USAGE_RETENTION": "%ds" % RETENTION}
+    with Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig, ansible_config=str(ROOT / "ansible.cfg"),
+                 max_concurrent_reconciles=2, extra_env=env) as rt:
+        yield rt
+
+
+def ts(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+def stamp(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def records(kube, ns, server=None) -> list[dict]:
+    selector = "torchdev.io/devserver=%s" % server if server else None
+    return kube["custom"].list_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords",
+                                                        label_selector=selector)["items"]
+
+
+def wait_record(sim, kube, ns, server, timeout=120) -> dict:
+    found = sim.wait_for(lambda: records(kube, ns, server), timeout, interval=0.2,
+                         message=f"the usage record of {ns}/{server}")
+    assert len(found) == 1, found
+    return found[0]
+
+
+def wait_phase(sim, kube, ns, name, phase, timeout=120) -> dict:
+    def check():
+        obj = get_ds(kube, ns, name)
+        status = obj.get("status") or {}
+        return obj if status.get("phase") == phase and status.get("observedGeneration") == obj["metadata"]["generation"] else None
+    return sim.wait_for(check, timeout, interval=0.2, message=f"{ns}/{name} phase {phase}")
+
+
+def wait_gone(sim, kube, ns, name, timeout=90) -> None:
+    from kubernetes.client import ApiException
+
+    def gone():
+        try:
+            get_ds(kube, ns, name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+    sim.wait_for(gone, timeout, interval=0.2, message=f"{ns}/{name} deleted")
+
+
+def devctl(sim, ns, *args):
+    from devctl.main import cli
+
+    return CliRunner().invoke(cli, [*args, "--kubeconfig", sim.kubeconfig, "-n", ns], catch_exceptions=False)
+
+
+def hours(spec) -> Decimal:
+    return Decimal(int((ts(spec["endedAt"]) - ts(spec["startedAt"])).total_seconds())) / 3600
+
+
+def test_expiry_cancel_and_deletion_leave_records_that_outlive_the_servers(sim, kube, runtime, ns):
+    custom = kube["custom"]
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                           devserver("booked", flavor="gpu-a10g-1", lifecycle={"duration": "20s"}))
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
+                                           devserver("changed-mind", lifecycle={"duration": "30m"}))
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("doomed"))
+    for name in ("booked", "changed-mind", "doomed"):
+        assert USAGE_FINALIZER in wait_ready(sim, kube, ns, name)["metadata"]["finalizers"]  # watches.yaml
+    assert records(kube, ns) == []  # nothing ended yet
+
+    # A cancellation: one record, Cancelled before its expiry.
+    assert devctl(sim, ns, "cancel", "changed-mind").exit_code == 0
+    cancelled_ds = wait_phase(sim, kube, ns, "changed-mind", "Stopped")
+    cancelled = wait_record(sim, kube, ns, "changed-mind")
+    res = cancelled_ds["status"]["reservation"]
+    assert cancelled["spec"]["endReason"] == "Cancelled" and cancelled["spec"]["endedAt"] == res["endedAt"]
+    assert ts(cancelled["spec"]["endedAt"]) < ts(cancelled["spec"]["expiresAt"])
+    assert cancelled["metadata"]["name"] == "changed-mind-%d" % int(ts(res["startedAt"]).timestamp())
+
+    # An expiry: GPUs x hours, the flavor's price x hours; the wait from queuedAt.
+    expired_ds = wait_phase(sim, kube, ns, "booked", "Expired", timeout=120)
+    expired = wait_record(sim, kube, ns, "booked")
+    spec, res = expired["spec"], expired_ds["status"]["reservation"]
+    assert spec["user"] == "e2e@example.com" and spec["flavor"] == "gpu-a10g-1" and spec["gpuType"] == "nvidia-a10g"
+    assert spec["endReason"] == "Expired" and spec["gpus"] == 1 and spec["replicas"] == 1
+    assert (spec["startedAt"], spec["expiresAt"], spec["endedAt"], spec["queuedAt"]) == \
+        (res["startedAt"], res["expiresAt"], res["endedAt"], res["queuedAt"])
+    assert ts(spec["queuedAt"]) >= ts(expired_ds["metadata"]["creationTimestamp"])
+    assert ts(spec["queuedAt"]) <= ts(spec["startedAt"])
+    assert timedelta(seconds=20) <= ts(spec["endedAt"]) - ts(spec["startedAt"]) <= timedelta(seconds=50)
+    assert decimal(spec["gpuHours"]) == decimal(hours(spec)) > 0
+    assert decimal(spec["cost"]) == decimal(hours(spec) * A10G_PRICE)
+    assert spec["idleSavedGPUHours"] == "0.0000"
+    assert "ownerReferences" not in expired["metadata"]
+    # The record is immutable: not even an admin rewrites history.
+    from kubernetes.client import ApiException
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords", expired["metadata"]["name"],
+                                              {"spec": {"cost": "0.0000"}})
+    assert err.value.status == 422 and "immutable" in err.value.body
+
+    # An unchanged record costs no write: one more reconcile of the stopped server reads it only.
+    assert runtime.wait_idle(60)
+    before = runtime.counters("DevServer")["succeeded"]
+    sim.reset_metrics()
+    runtime.enqueue("DevServer", ns, "booked")
+    sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60, message="one more reconcile")
+    assert runtime.wait_idle(60)
+    usage_requests = [r for r in sim.requests() if "/usagerecords" in r["path"]]
+    assert usage_requests and {r["verb"] for r in usage_requests} == {"get"}, usage_requests
+    assert sim.writes("usagerecords") == 0
+
+    # A deletion during a reservation: the finalizer leaves a Deleted record, ended at the deletion.
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "doomed")
+    deleted = wait_record(sim, kube, ns, "doomed")
+    wait_gone(sim, kube, ns, "doomed")
+    assert deleted["spec"]["endReason"] == "Deleted" and deleted["spec"]["gpus"] == 0
+    assert abs(ts(deleted["spec"]["endedAt"]) - now()) < timedelta(seconds=60)
+
+    # Every record outlives its DevServer, and a deletion after the reservation ended adds none.
+    for name in ("booked", "changed-mind"):
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name)
+    for name in ("booked", "changed-mind"):
+        wait_gone(sim, kube, ns, name)
+    assert runtime.wait_idle(60)
+    assert sorted(r["spec"]["endReason"] for r in records(kube, ns)) == ["Cancelled", "Deleted", "Expired"]
+    assert runtime.counters("DevServer")["finalizer_runs"] >= 3
+
+    # devctl usage reads what the operator wrote.
+    result = devctl(sim, ns, "usage", "-o", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    total = report["total"]
+    assert total["launched"] == 3 and total["earlyCancellations"] == 1
+    assert {k: v for k, v in total["ended"].items() if v} == {"Expired": 1, "Cancelled": 1, "Deleted": 1}
+    assert decimal(total["gpuHours"]) == decimal(spec["gpuHours"])
+    assert [row["flavor"] for row in report["byFlavor"]] == ["cpu-small", "gpu-a10g-1"]
+
+
+def test_idle_shutdown_records_the_gpu_hours_it_saved(sim, kube, runtime, ns):
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(
+        "sleepy", flavor="gpu-a10g-1", lifecycle={"duration": "1h", "idleTimeout": 10, "autoShutdown": True}))
+    wait_ready(sim, kube, ns, "sleepy")
+    # What the in-pod agent sends when every session is gone (docs/lifecycle-agent.md).
+    body = {"data": {"sleepy-0": json.dumps({"state": "idle", "since": stamp(now()), "reasons": []})}}
+    kube["core"].patch_namespaced_config_map("sleepy-activity", ns, body)
+    obj = wait_phase(sim, kube, ns, "sleepy", "Stopped", timeout=90)
+    record = wait_record(sim, kube, ns, "sleepy")
+    spec = record["spec"]
+    assert spec["endReason"] == "Idle" and spec["endedAt"] == obj["status"]["reservation"]["endedAt"]
+    saved = Decimal(int((ts(spec["expiresAt"]) - ts(spec["endedAt"])).total_seconds())) / 3600
+    assert decimal(spec["idleSavedGPUHours"]) == decimal(saved * spec["gpus"]) > Decimal("0.9")
+    assert decimal(spec["gpuHours"]) == decimal(hours(spec)) < Decimal("0.1")
+
+
+def test_records_are_pruned_when_their_retention_ends(sim, kube, runtime, ns):
+    """Two records an admin restored: one past its retention goes at once, the other exactly when
+    its retention ends (no polling: the usagerecord role requeues at that second)."""
+    custom = kube["custom"]
+    sample = load(ROOT / "config" / "samples" / "torchdev_v1alpha1_usagerecord.yaml")
+    due_in = 12
+    for name, ended in (("old", now() - timedelta(seconds=RETENTION + 3600)),
+                        ("ending", now() - timedelta(seconds=RETENTION - due_in))):
+        body = json.loads(json.dumps(sample))
+        body["metadata"] = {"name": name, "namespace": ns}
+        body["spec"].update(startedAt=stamp(ended - timedelta(hours=1)), queuedAt=stamp(ended - timedelta(hours=1)),
+                            expiresAt=stamp(ended + timedelta(hours=2)), endedAt=stamp(ended))
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords", body)
+    due = ts(custom.get_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords", "ending")["spec"]["endedAt"]) \
+        + timedelta(seconds=RETENTION)
+
+    sim.wait_for(lambda: [r["metadata"]["name"] for r in records(kube, ns)] == ["ending"], 60, interval=0.2,
+                 message="the record past its retention pruned")
+    assert now() < due  # ... while the other one is kept
+    deadlines = runtime.counters("UsageRecord")["causes"].get("deadline", 0)
+    sim.wait_for(lambda: not records(kube, ns), due_in + 60, interval=0.2, message="the record pruned at its due time")
+    assert now() >= due - timedelta(seconds=1)  # not before (second precision)
+    assert runtime.counters("UsageRecord")["causes"].get("deadline", 0) > deadlines  # a requeue at the due time
+
+
+def test_a_namespace_being_deleted_takes_its_records_along(sim, kube, runtime):
+    """The finalizer does not hold up a namespace's deletion: a record cannot be written into a
+    namespace being terminated (it would go with it), so the DevServer goes without one."""
+    ns = new_namespace(kube)
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("leaving"))
+    wait_ready(sim, kube, ns, "leaving")
+    kube["core"].delete_namespace(ns)
+
+    def namespace_gone():
+        from kubernetes.client import ApiException
+        try:
+            kube["core"].read_namespace(ns)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+    sim.wait_for(namespace_gone, 120, interval=0.2, message=f"namespace {ns} deleted")
+    # The finalizer did try: the apiserver refused the record (403, the namespace is terminating).
+    refused = [r for r in sim.requests(20000) if f"/namespaces/{ns}/usagerecords/" in r["path"] and r["code"] == 403]
+    assert refused and {r["verb"] for r in refused} == {"patch"}, refused
+    finalizers = [r for r in runtime.history("DevServer") if r.namespace == ns and r.finalizer_run]
+    assert finalizers and all(r.ok for r in finalizers), finalizers
+    assert not [r for r in finalizers if r.failed_tasks], finalizers

@@ -1,0 +1,204 @@
+"""plugins/module_utils/usage.py: the record of an ended reservation, pruning, the summary."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.torchdev.operator.plugins.module_utils import lifecycle, usage
+
+T0 = "2026-11-24T10:00:00Z"
+EPOCH_T0 = lifecycle._seconds(T0)
+A10G = {"gpu": {"count": 1, "type": "nvidia-a10g"}, "pricePerHour": "1.2120"}
+H100_8 = {"resources": {"limits": {"nvidia.com/gpu": 8}}, "pricePerHour": "98.3200"}
+
+
+def at(seconds: int) -> str:
+    return lifecycle._time(EPOCH_T0 + seconds)
+
+
+def server(reservation=None, name="dev", deletion=None, mode=None, created=at(-600)):
+    spec = {"owner": "jane@example.com", "flavor": "gpu-a10g-1"}
+    if mode == "distributed":
+        spec.update(mode="distributed", distributed={"worldSize": 8, "nprocsPerNode": 4})
+    meta = {"name": name, "namespace": "dev-jane", "creationTimestamp": created}
+    if deletion:
+        meta["deletionTimestamp"] = deletion
+    return {"metadata": meta, "spec": spec, "status": {"reservation": reservation} if reservation else {}}
+
+
+def reservation(ended=7200, reason="Expired", expires=7200, queued=-300, **extra):
+    res = {"queuedAt": at(queued) if queued is not None else None, "startedAt": T0, "duration": "2h", "expiresAt": at(expires) if expires else None,
+           "extensions": 0, "warningsSent": [300]}
+    if ended is not None:
+        res.update(endedAt=at(ended), endReason=reason)
+    res.update(extra)
+    return res
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90d", 90 * 86400), ("2160h", 2160 * 3600), ("1d12h", 36 * 3600), ("120s", 120), ("1h30m", 5400),
+    (3600, 3600), ("45", 45)])
+def test_parse_retention(text, seconds):
+    assert usage.parse_retention(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "0s", "90 d", "1w", "-1d", None, True, 0])
+def test_parse_retention_rejects(bad):
+    with pytest.raises(ValueError):
+        usage.parse_retention(bad)
+
+
+# (id, DevServer, flavor spec, expected spec fields)
+RECORDS = [
+    ("expired: 2h x 1 GPU at $1.212/h", server(reservation()), A10G,
+     {"endReason": "Expired", "gpus": 1, "replicas": 1, "gpuHours": "2.0000", "cost": "2.4240",
+      "idleSavedGPUHours": "0.0000", "queuedAt": at(-300), "startedAt": T0, "endedAt": at(7200),
+      "expiresAt": at(7200), "gpuType": "nvidia-a10g", "pricePerHour": "1.2120"}),
+    ("idle after 30 min of a 2 h reservation: 1.5 GPU-hours saved", server(reservation(1800, "Idle")), A10G,
+     {"endReason": "Idle", "gpuHours": "0.5000", "cost": "0.6060", "idleSavedGPUHours": "1.5000"}),
+    ("idle without a duration: nothing bounded to save", server(reservation(1800, "Idle", expires=None)), A10G,
+     {"endReason": "Idle", "gpuHours": "0.5000", "idleSavedGPUHours": "0.0000"}),
+    ("cancelled early", server(reservation(900, "Cancelled")), A10G,
+     {"endReason": "Cancelled", "gpuHours": "0.2500", "cost": "0.3030", "idleSavedGPUHours": "0.0000"}),
+    ("distributed: 2 replicas x 8 GPUs, price per replica", server(reservation(3600, "Stopped"), mode="distributed"),
+     H100_8, {"replicas": 2, "gpus": 16, "gpuHours": "16.0000", "cost": "196.6400"}),
+    ("the flavor is gone: no GPUs, no price", server(reservation(3600, "Stopped")), None,
+     {"gpus": 0, "gpuHours": "0.0000", "cost": "0.0000", "pricePerHour": "0.0000"}),
+    ("deleted while running: ended at the deletion", server(reservation(None), deletion=at(600)), A10G,
+     {"endReason": "Deleted", "endedAt": at(600), "gpuHours": "0.1667", "cost": "0.2020"}),
+    ("a reservation from before queuedAt: the wait counts from creation",
+     server(reservation(queued=None), created=at(-900)), A10G, {"queuedAt": at(-900)}),
+    ("queued after it started (clock skew): no negative wait", server(reservation(queued=60)), A10G,
+     {"queuedAt": T0}),
+]
+
+
+@pytest.mark.parametrize("cr, flavor, expected", [pytest.param(c, f, e, id=i) for i, c, f, e in RECORDS])
+def test_usage_record(cr, flavor, expected):
+    record = usage.usage_record(cr, None, flavor, at(7300))
+    assert record["name"] == "dev-%d" % EPOCH_T0
+    spec = record["spec"]
+    assert spec["user"] == "jane@example.com" and spec["server"] == "dev" and spec["flavor"] == "gpu-a10g-1"
+    for key, value in expected.items():
+        assert spec[key] == value, key
+    assert spec["endReason"] in usage.END_REASONS
+
+
+@pytest.mark.parametrize("cr, reservation_arg, now, retention", [
+    pytest.param(server(), None, at(0), "90d", id="never started"),
+    pytest.param(server(reservation(None)), None, at(60), "90d", id="still running"),
+    pytest.param(server(reservation()), None, at(7200 + 120), "120s", id="past retention: pruned, not written again"),
+    pytest.param(server(reservation()), {"queuedAt": at(0)}, at(60), "90d", id="a reservation without startedAt"),
+])
+def test_nothing_to_record(cr, reservation_arg, now, retention):
+    assert usage.usage_record(cr, reservation_arg, A10G, now, retention) is None
+
+
+def test_the_reservation_this_run_ended_wins_over_the_status():
+    """lifecycle.yml ends the reservation during the run: its result is what is recorded."""
+    running = server(reservation(None))
+    ended = reservation(1200, "Cancelled")
+    record = usage.usage_record(running, ended, A10G, at(1300))
+    assert record["spec"]["endReason"] == "Cancelled" and record["spec"]["endedAt"] == at(1200)
+
+
+def test_names_are_deterministic_per_reservation():
+    first = usage.usage_record(server(reservation()), None, A10G, at(7300))
+    again = usage.usage_record(server(reservation()), None, A10G, at(9000))
+    assert first == again  # a repeated reconcile writes the same record (and finds it)
+    assert usage.usage_record_name(server(reservation())) == first["name"]
+    assert usage.usage_record_name(server()) == ""
+    later = usage.usage_record(server(dict(reservation(), startedAt=at(86400), endedAt=at(90000))), None, A10G, at(90001))
+    assert later["name"] != first["name"]
+    # a DevServer name is at most 52 characters: the record name is a DNS label
+    assert len(usage.record_name("x" * 52, T0)) <= 63
+
+
+@pytest.mark.parametrize("ended, now, retention, expected", [
+    (at(0), at(10), "120s", {"prune": False, "requeue": "110s", "due": at(120)}),
+    (at(0), at(120), "120s", {"prune": True, "requeue": "", "due": at(120)}),
+    (at(0), at(5000), "120s", {"prune": True, "requeue": "", "due": at(120)}),
+    (at(0), at(0), "90d", {"prune": False, "requeue": "%ds" % (90 * 86400), "due": at(90 * 86400)}),
+])
+def test_usage_prune(ended, now, retention, expected):
+    assert usage.usage_prune({"spec": {"endedAt": ended}}, now, retention) == expected
+
+
+def test_usage_prune_counts_from_creation_without_ended_at():
+    record = {"metadata": {"creationTimestamp": at(0)}, "spec": {}}
+    assert usage.usage_prune(record, at(30), "60s")["requeue"] == "30s"
+    with pytest.raises(ValueError):
+        usage.usage_prune({"spec": {}}, at(0))
+
+
+# --------------------------------------------------------------------------- the summary
+def rec(user="jane@example.com", flavor="gpu-a10g-1", reason="Expired", started=0, ended=3600, queued=-60,
+        expires=3600, gpu_hours="1.0000", cost="1.2120", saved="0.0000"):
+    spec = {"user": user, "server": "dev", "flavor": flavor, "queuedAt": at(queued), "startedAt": at(started),
+            "endedAt": at(ended), "endReason": reason, "gpuHours": gpu_hours, "cost": cost,
+            "idleSavedGPUHours": saved}
+    if expires is not None:
+        spec["expiresAt"] = at(expires)
+    return {"apiVersion": "torchdev.io/v1alpha1", "kind": "UsageRecord", "spec": spec}
+
+
+def zero_reasons(**counts):
+    return {reason: counts.get(reason, 0) for reason in usage.END_REASONS}
+
+
+# (id, records, since, user, expected total (subset), expected byUser keys, expected byFlavor keys)
+SUMMARIES = [
+    ("nothing", [], None, None, {"launched": 0, "gpuHours": "0.0000", "meanWaitSeconds": 0}, [], []),
+    ("one of each reason",
+     [rec(reason=r) for r in usage.END_REASONS], None, None,
+     {"launched": 5, "ended": zero_reasons(Expired=1, Cancelled=1, Idle=1, Stopped=1, Deleted=1),
+      "gpuHours": "5.0000", "cost": "6.0600", "meanWaitSeconds": 60}, ["jane@example.com"], ["gpu-a10g-1"]),
+    ("early cancellation only before expiresAt",
+     [rec(reason="Cancelled", ended=600), rec(reason="Cancelled", ended=3600), rec(reason="Cancelled", expires=None),
+      rec(reason="Stopped", ended=600)], None, None,
+     {"launched": 4, "earlyCancellations": 1, "ended": zero_reasons(Cancelled=3, Stopped=1)},
+     ["jane@example.com"], ["gpu-a10g-1"]),
+    ("mean wait, rounded", [rec(queued=-10), rec(queued=-25), rec(queued=-100)], None, None,
+     {"meanWaitSeconds": 45}, ["jane@example.com"], ["gpu-a10g-1"]),
+    ("idle savings and exact money",
+     [rec(reason="Idle", saved="1.5000", cost="0.1001"), rec(reason="Idle", saved="0.2500", cost="0.2002")],
+     None, None, {"idleSavedGPUHours": "1.7500", "cost": "0.3003"}, ["jane@example.com"], ["gpu-a10g-1"]),
+    ("two users, two flavors",
+     [rec(), rec(user="ada@example.com", flavor="gpu-h100-8", gpu_hours="8.0000", cost="98.3200")], None, None,
+     {"launched": 2, "gpuHours": "9.0000", "cost": "99.5320"},
+     ["ada@example.com", "jane@example.com"], ["gpu-a10g-1", "gpu-h100-8"]),
+    ("since: only records that ended since then",
+     [rec(ended=100), rec(ended=5000), rec(ended=9000)], at(5000), None, {"launched": 2},
+     ["jane@example.com"], ["gpu-a10g-1"]),
+    ("user filter", [rec(), rec(user="ada@example.com")], None, "ada@example.com", {"launched": 1},
+     ["ada@example.com"], ["gpu-a10g-1"]),
+]
+
+
+@pytest.mark.parametrize("records, since, user, total, users, flavors",
+                         [pytest.param(*case[1:], id=case[0]) for case in SUMMARIES])
+def test_usage_summary(records, since, user, total, users, flavors):
+    out = usage.usage_summary(records, since=since, user=user)
+    assert out["records"] == out["total"]["launched"]
+    for key, value in total.items():
+        assert out["total"][key] == value, key
+    assert [row["key"] for row in out["byUser"]] == users
+    assert [row["key"] for row in out["byFlavor"]] == flavors
+    # every group adds up to the total
+    for group in ("byUser", "byFlavor"):
+        assert sum(row["launched"] for row in out[group]) == out["total"]["launched"]
+        assert sum(usage.decimal(row["cost"]) for row in out[group]) == usage.decimal(out["total"]["cost"])
+
+
+def test_usage_summary_per_group_values():
+    out = usage.usage_summary([rec(), rec(user="ada@example.com", flavor="gpu-h100-8", reason="Cancelled", ended=600,
+                                          gpu_hours="1.3333", cost="16.3867", queued=-600)])
+    ada = out["byUser"][0]
+    assert ada == {"key": "ada@example.com", "launched": 1, "ended": zero_reasons(Cancelled=1),
+                   "earlyCancellations": 1, "meanWaitSeconds": 600, "gpuHours": "1.3333", "cost": "16.3867",
+                   "idleSavedGPUHours": "0.0000"}
+    assert out["byFlavor"][1]["key"] == "gpu-h100-8" and out["byFlavor"][1]["cost"] == "16.3867"
+    assert out["total"]["meanWaitSeconds"] == 330
+
+
+def test_usage_summary_accepts_specs():
+    assert usage.usage_summary([rec()["spec"]])["total"]["launched"] == 1
