@@ -3,6 +3,12 @@
 # ansible-operator finds them under ~/.ansible/collections, where the collection is installed.
 FROM quay.io/operator-framework/ansible-operator:v1.39.2
 
+# The base image's ansible-core is 2.18: unless Jinja2's native types are on, it turns a template
+# whose value is None into "" (2.19, which the tests here use, keeps None), and the roles test
+# facts with `is none` (a DevServer without a problem would be reported as having one).  Found by
+# running the roles under the base image's Python packages (branch issue16-delivery, make test-image).
+ENV ANSIBLE_JINJA2_NATIVE=True
+
 # Collections the roles use (kubernetes.core), pinned in requirements.yml.
 COPY requirements.yml ${HOME}/requirements.yml
 RUN ansible-galaxy collection install -r ${HOME}/requirements.yml \
