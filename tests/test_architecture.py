@@ -91,3 +91,14 @@ def test_the_checkout_is_the_collection():
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     link = ROOT / "collections" / "ansible_collections" / galaxy["namespace"] / galaxy["name"]
     assert link.resolve() == ROOT.resolve(), "run `make setup`: it links the checkout into collections/"
+
+
+def test_roles_that_know_their_watch_period_agree_with_watches_yaml():
+    """roles/devuser asks for a requeue only when it is sooner than its watch's reconcilePeriod
+    (tasks/usage.yml): its default devuser_reconcile_period must be that period."""
+    import yaml
+
+    periods = {w["kind"]: w.get("reconcilePeriod") for w in yaml.safe_load((ROOT / "watches.yaml").read_text())}
+    defaults = yaml.safe_load((ROOT / "roles" / "devuser" / "defaults" / "main.yml").read_text())
+    assert defaults["devuser_reconcile_period"] == periods["DevUser"]
+    assert "UsageRecord" not in periods  # records are pruned by their DevUser, not watched

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0
 """UsageRecord filters: the record of an ended reservation, its name and labels, and when the
-usagerecord role prunes a record. Each maps to a function in plugins/module_utils/
+DevUser role prunes its namespace's records. Each maps to a function in plugins/module_utils/
 (documented in the YAML file of the filter's name beside this one)."""
 
 from __future__ import absolute_import, division, print_function
@@ -19,4 +19,5 @@ class FilterModule(object):
             "usage_record_name": usage.usage_record_name,
             "usage_labels": labels.usage_labels,
             "usage_prune": usage.usage_prune,
+            "usage_prune_due": usage.usage_prune_due,
         })

@@ -7,9 +7,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 
-def devuser_status(name, spec_, kueue, generation, problem_=None, names=None):
+def devuser_status(name, spec_, kueue, generation, problem_=None, names=None, usage_records=None):
     """The DevUser status: ``names`` maps namespace / sharedClaim / localQueue / clusterQueue
-    to the names the role uses.  ``problem_`` ({reason, message}) is a permanent problem
+    to the names the role uses; ``usage_records`` ({oldestEndedAt}) is what the role knows of
+    the namespace's UsageRecords (usage.yml), reported as given.  ``problem_`` ({reason, message}) is a permanent problem
     (InvalidSpec): phase Failed; otherwise Active with Ready True."""
     names = names or {}
     spec_ = spec_ or {}
@@ -23,6 +24,8 @@ def devuser_status(name, spec_, kueue, generation, problem_=None, names=None):
         "clusterQueue": cluster_queue if kueue else None,
         "observedGeneration": generation,
     }
+    if usage_records is not None:
+        result["usageRecords"] = usage_records
     if problem_:
         result["phase"] = "Failed"
         conditions = [

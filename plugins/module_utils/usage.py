@@ -5,8 +5,8 @@ record is pruned, and the per-user / per-flavor summary of many records (devctl 
 
 A record is written once by the devserver role when a reservation ends (status.reservation
 endReason: Expired, Cancelled, Idle, Stopped) or when the DevServer is deleted during one
-(Deleted, the finalizer torchdev.io/devserver-usage), and deleted by the usagerecord role when
-its retention has passed.  Its name is ``<server>-<startedAt as Unix seconds>``: a repeated
+(Deleted, the finalizer torchdev.io/devserver-usage), and deleted by the DevUser role of its namespace once
+its retention has passed (usage_prune).  Its name is ``<server>-<startedAt as Unix seconds>``: a repeated
 reconcile finds the record it would write and writes nothing.
 
 Money and hours are decimal strings with 4 places ("12.1200"): exact sums, no floats in the
@@ -149,20 +149,48 @@ def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEF
     return {"name": name, "spec": usage_spec(cr, ended, flavor_spec)}
 
 
-def usage_prune(record, now, retention=DEFAULT_RETENTION):
-    """Whether the usagerecord role deletes ``record`` now ({prune: true}) or else when to look
-    again ({prune: false, requeue: "<seconds>s"}: exactly when the retention ends, a
-    per-object requeue).  The retention counts from spec.endedAt (the creation time of a
-    record without one)."""
+def _ended(record):
     spec = (record or {}).get("spec") or {}
     ended = spec.get("endedAt") or ((record or {}).get("metadata") or {}).get("creationTimestamp")
     if not ended:
         raise ValueError("a usage record needs spec.endedAt or metadata.creationTimestamp")
-    due = _seconds(ended) + parse_retention(retention)
-    left = due - _seconds(now)
+    return ended
+
+
+def usage_prune_due(oldest_ended_at, now, retention=DEFAULT_RETENTION, period=None):
+    """When the DevUser role next reads its namespace's UsageRecords, from status.usageRecords.
+    oldestEndedAt (the oldest record it kept the last time it read them): {list: bool, requeue:
+    "<seconds>s" or ""}.  It reads them when it knows of none (``oldest_ended_at`` empty: a record
+    written since is found by the next reconcile) or once the oldest's retention has passed;
+    otherwise it looks again exactly then when that is sooner than the watch's reconcile
+    ``period`` (seconds; a per-object requeue, no polling), else the period brings it back."""
+    if not oldest_ended_at:
+        return {"list": True, "requeue": ""}
+    left = _seconds(oldest_ended_at) + parse_retention(retention) - _seconds(now)
     if left <= 0:
-        return {"prune": True, "requeue": "", "due": _time(due)}
-    return {"prune": False, "requeue": "%ds" % left, "due": _time(due)}
+        return {"list": True, "requeue": ""}
+    soon = period is None or left < parse_retention(period)
+    return {"list": False, "requeue": "%ds" % left if soon else ""}
+
+
+def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None):
+    """What the DevUser role does with the UsageRecords of its namespace (all of them, as read):
+    {delete: [names whose retention has passed since spec.endedAt (the creation time of a record
+    without one)], oldestEndedAt: the oldest kept record's end (None when none is kept),
+    requeue: "<seconds>s" until the oldest kept record's retention ends when that is sooner than
+    ``period``, else ""}.  Records being deleted are left out."""
+    keep, delete = [], []
+    limit = _seconds(now) - parse_retention(retention)
+    for record in sorted(records or [], key=lambda r: ((r or {}).get("metadata") or {}).get("name") or ""):
+        meta = (record or {}).get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        ended = _ended(record)
+        (delete if _seconds(ended) <= limit else keep).append((meta.get("name"), ended))
+    oldest = min((_seconds(ended) for _, ended in keep), default=None)
+    oldest = None if oldest is None else _time(oldest)
+    due = usage_prune_due(oldest, now, retention, period) if oldest else {"requeue": ""}
+    return {"delete": [name for name, _ in delete], "oldestEndedAt": oldest, "requeue": due["requeue"]}
 
 
 # --------------------------------------------------------------------------- the summary

@@ -41,6 +41,8 @@ options:
       - A named query with C(optional=true) may have an empty C(name), for an object that has
         no name yet (the usage record of a DevServer that never started). Then no request is
         made and its result is C(null).
+      - A query with C(skip=true) makes no request either; its result is C(null) (a list the
+        role needs only now and then: the DevUser's UsageRecords).
     type: dict
     required: true
   devuser:
@@ -155,6 +157,7 @@ kueue:
 
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_VERSION
 from ansible_collections.torchdev.operator.plugins.module_utils.k8s import AUTH_ARG_SPEC, RequestError, api_client, request, run_module
 from ansible_collections.torchdev.operator.plugins.module_utils.kueue import (API_VERSION as KUEUE_API_VERSION, VISIBILITY_API_VERSION, admitted,
@@ -186,7 +189,9 @@ def query_path(query, default_namespace):
 
 
 def skipped(query):
-    """An optional named query whose name is empty: no request, null."""
+    """A query with skip=true, or an optional named query whose name is empty: no request, null."""
+    if boolean(query.get("skip", False), strict=False):
+        return True
     return bool(query.get("optional")) and "name" in query and not query.get("name") and not query.get("label_selector")
 
 

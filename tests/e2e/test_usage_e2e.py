@@ -4,7 +4,7 @@ Reservations last seconds (as in test_lifecycle_e2e.py) and the retention is sho
 (TORCHDEV_USAGE_RETENTION, an operator setting, in this module's runtime): an expiry, a
 cancellation, an idle shutdown and a deletion each leave one UsageRecord, the records outlive
 their DevServers, an unchanged record costs no write, and records past their retention are
-pruned at that second (a per-object requeue).  `devctl usage` reads what the operator wrote.
+pruned by the DevUser of their namespace at that second (a per-object requeue).  `devctl usage` reads what the operator wrote.
 """
 from __future__ import annotations
 
@@ -187,12 +187,19 @@ def test_idle_shutdown_records_the_gpu_hours_it_saved(sim, kube, runtime, ns):
     assert decimal(spec["gpuHours"]) == decimal(hours(spec)) < Decimal("0.1")
 
 
-def test_records_are_pruned_when_their_retention_ends(sim, kube, runtime, ns):
-    """Two records an admin restored: one past its retention goes at once, the other exactly when
-    its retention ends (no polling: the usagerecord role requeues at that second)."""
+def test_records_are_pruned_when_their_retention_ends(sim, kube, runtime):
+    """The DevUser of a namespace prunes its records: two an admin restored before the user was
+    onboarded (adoptNamespace), one past its retention goes at once, the other exactly when its
+    retention ends (no polling: the DevUser requeues at that second, and reads the records only
+    then, status.usageRecords.oldestEndedAt telling it when)."""
+    from hack.render_cases import KEY
+
     custom = kube["custom"]
+    user = "pruner"
+    ns = "dev-" + user
+    kube["core"].create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     sample = load(ROOT / "config" / "samples" / "torchdev_v1alpha1_usagerecord.yaml")
-    due_in = 12
+    due_in = 15
     for name, ended in (("old", now() - timedelta(seconds=RETENTION + 3600)),
                         ("ending", now() - timedelta(seconds=RETENTION - due_in))):
         body = json.loads(json.dumps(sample))
@@ -200,16 +207,28 @@ def test_records_are_pruned_when_their_retention_ends(sim, kube, runtime, ns):
         body["spec"].update(startedAt=stamp(ended - timedelta(hours=1)), queuedAt=stamp(ended - timedelta(hours=1)),
                             expiresAt=stamp(ended + timedelta(hours=2)), endedAt=stamp(ended))
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords", body)
-    due = ts(custom.get_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords", "ending")["spec"]["endedAt"]) \
-        + timedelta(seconds=RETENTION)
+    ending = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords", "ending")["spec"]["endedAt"]
+    due = ts(ending) + timedelta(seconds=RETENTION)
+    custom.create_cluster_custom_object(GROUP, VERSION, "devusers", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "metadata": {"name": user},
+        "spec": {"email": f"{user}@example.com", "sshPublicKeys": [KEY], "adoptNamespace": True}})
 
-    sim.wait_for(lambda: [r["metadata"]["name"] for r in records(kube, ns)] == ["ending"], 60, interval=0.2,
+    sim.wait_for(lambda: [r["metadata"]["name"] for r in records(kube, ns)] == ["ending"], 90, interval=0.2,
                  message="the record past its retention pruned")
-    assert now() < due  # ... while the other one is kept
-    deadlines = runtime.counters("UsageRecord")["causes"].get("deadline", 0)
+    assert now() < due  # ... while the other one is kept, and the DevUser knows when it is due
+    sim.wait_for(lambda: ((custom.get_cluster_custom_object(GROUP, VERSION, "devusers", user).get("status") or {})
+                          .get("usageRecords") or {}).get("oldestEndedAt") == ending, 60, interval=0.2,
+                 message="status.usageRecords.oldestEndedAt of the DevUser")
+    deadlines = runtime.counters("DevUser")["causes"].get("deadline", 0)
     sim.wait_for(lambda: not records(kube, ns), due_in + 60, interval=0.2, message="the record pruned at its due time")
     assert now() >= due - timedelta(seconds=1)  # not before (second precision)
-    assert runtime.counters("UsageRecord")["causes"].get("deadline", 0) > deadlines  # a requeue at the due time
+    assert runtime.counters("DevUser")["causes"].get("deadline", 0) > deadlines  # a requeue at the due time
+    deletes = [r["path"].rsplit("/", 1)[1] for r in sim.requests(20000)
+               if f"/namespaces/{ns}/usagerecords/" in r["path"] and r["verb"] == "delete"]
+    assert deletes == ["old", "ending"], deletes  # one delete each, by the operator
+    sim.wait_for(lambda: ((custom.get_cluster_custom_object(GROUP, VERSION, "devusers", user).get("status") or {})
+                          .get("usageRecords") or {}).get("oldestEndedAt") is None, 60, interval=0.2,
+                 message="status.usageRecords.oldestEndedAt cleared")
 
 
 def test_a_namespace_being_deleted_takes_its_records_along(sim, kube, runtime):

@@ -113,21 +113,53 @@ def test_names_are_deterministic_per_reservation():
     assert len(usage.record_name("x" * 52, T0)) <= 63
 
 
-@pytest.mark.parametrize("ended, now, retention, expected", [
-    (at(0), at(10), "120s", {"prune": False, "requeue": "110s", "due": at(120)}),
-    (at(0), at(120), "120s", {"prune": True, "requeue": "", "due": at(120)}),
-    (at(0), at(5000), "120s", {"prune": True, "requeue": "", "due": at(120)}),
-    (at(0), at(0), "90d", {"prune": False, "requeue": "%ds" % (90 * 86400), "due": at(90 * 86400)}),
-])
-def test_usage_prune(ended, now, retention, expected):
-    assert usage.usage_prune({"spec": {"endedAt": ended}}, now, retention) == expected
+def record(name, ended=None, created=None, deleting=False):
+    meta = {"name": name}
+    if created is not None:
+        meta["creationTimestamp"] = at(created)
+    if deleting:
+        meta["deletionTimestamp"] = at(0)
+    return {"metadata": meta, "spec": {"endedAt": at(ended)} if ended is not None else {}}
 
 
-def test_usage_prune_counts_from_creation_without_ended_at():
-    record = {"metadata": {"creationTimestamp": at(0)}, "spec": {}}
-    assert usage.usage_prune(record, at(30), "60s")["requeue"] == "30s"
+# (id, records, now, retention, period, expected)
+PRUNES = [
+    ("none", [], at(0), "120s", "10m", {"delete": [], "oldestEndedAt": None, "requeue": ""}),
+    ("one kept, due within the period", [record("a", 0)], at(10), "120s", "10m",
+     {"delete": [], "oldestEndedAt": at(0), "requeue": "110s"}),
+    ("due exactly now is deleted", [record("a", 0)], at(120), "120s", "10m",
+     {"delete": ["a"], "oldestEndedAt": None, "requeue": ""}),
+    ("the oldest kept decides", [record("c", 50), record("b", 30), record("a", -500)], at(10), "120s", "10m",
+     {"delete": ["a"], "oldestEndedAt": at(30), "requeue": "140s"}),
+    ("due beyond the period: the period brings the role back", [record("a", 0)], at(0), "90d", "10m",
+     {"delete": [], "oldestEndedAt": at(0), "requeue": ""}),
+    ("without a period, always the due time", [record("a", 0)], at(0), "90d", None,
+     {"delete": [], "oldestEndedAt": at(0), "requeue": "%ds" % (90 * 86400)}),
+    ("from creation without endedAt", [record("a", created=0)], at(30), "60s", "10m",
+     {"delete": [], "oldestEndedAt": at(0), "requeue": "30s"}),
+    ("a record being deleted is left out", [record("a", -500, deleting=True)], at(0), "120s", "10m",
+     {"delete": [], "oldestEndedAt": None, "requeue": ""}),
+]
+
+
+@pytest.mark.parametrize("records, now, retention, period, expected", [c[1:] for c in PRUNES], ids=[c[0] for c in PRUNES])
+def test_usage_prune(records, now, retention, period, expected):
+    assert usage.usage_prune(records, now, retention, period) == expected
+
+
+def test_usage_prune_needs_an_end():
     with pytest.raises(ValueError):
-        usage.usage_prune({"spec": {}}, at(0))
+        usage.usage_prune([{"metadata": {"name": "a"}, "spec": {}}], at(0))
+
+
+@pytest.mark.parametrize("oldest, now, period, expected", [
+    (None, at(0), "10m", {"list": True, "requeue": ""}),           # none known: read them (cheap when there are none)
+    (at(0), at(119), "10m", {"list": False, "requeue": "1s"}),
+    (at(0), at(120), "10m", {"list": True, "requeue": ""}),        # the oldest is due
+    (at(0), at(0), "1m", {"list": False, "requeue": ""}),          # due after the period
+])
+def test_usage_prune_due(oldest, now, period, expected):
+    assert usage.usage_prune_due(oldest, now, "120s", period) == expected
 
 
 # --------------------------------------------------------------------------- the summary

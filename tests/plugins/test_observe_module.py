@@ -37,6 +37,9 @@ def test_query_path_needs_a_namespace():
     ({"api_version": "v1", "plural": "services", "name": "", "optional": True}, None),
     ({"api_version": "v1", "plural": "services", "name": ""}, "exactly one of name"),
     ({"api_version": "v1", "plural": "services", "optional": True}, "exactly one of name"),
+    ({"api_version": "v1", "plural": "services", "all": True, "skip": True}, None),
+    ({"api_version": "v1", "plural": "services", "all": True, "skip": "False"}, None),
+    ({"plural": "services", "all": True, "skip": True}, "needs api_version"),
 ])
 def test_validate_query(query, error):
     got = observe.validate_query("q", query)
@@ -56,7 +59,10 @@ def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):
         "named": {"api_version": "v1", "plural": "namespaces", "name": "default", "cluster": True, "optional": True},
         "classes": {"api_version": "storage.k8s.io/v1", "plural": "storageclasses", "label_selector": "!x",
                     "cluster": True},
+        "skipped": {"api_version": "v1", "plural": "namespaces", "all": True, "cluster": True, "skip": "True"},
+        "not_skipped": {"api_version": "v1", "plural": "namespaces", "all": True, "cluster": True, "skip": False},
     }}}
+    before = len([r for r in kubesim.requests(5000) if r["verb"] == "list" and r["resource"] == "namespaces"])
     result = run_module(kubesim, args, tmp_path)
     assert not result.get("failed"), result
     objects = result["objects"]
@@ -65,6 +71,9 @@ def test_module_reads_objects_and_missing_ones(kubesim, tmp_path):
     assert objects["unnamed"] is None and objects["named"]["metadata"]["name"] == "default"
     assert {o["metadata"]["name"] for o in objects["classes"]} >= {"gp3", "efs-sc"}
     assert all(o["kind"] == "StorageClass" for o in objects["classes"])
+    assert objects["skipped"] is None and "default" in {o["metadata"]["name"] for o in objects["not_skipped"]}
+    lists = len([r for r in kubesim.requests(5000) if r["verb"] == "list" and r["resource"] == "namespaces"])
+    assert lists == before + 1  # the skipped query made no request
     assert kubesim.writes() == 0
 
 

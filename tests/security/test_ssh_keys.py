@@ -112,6 +112,9 @@ KEY_FREE = {
         "observe.yml: Summarise Kueue, the flavors, the namespace and the live objects":
             "devuser_live is redacted; the Namespace holds no keys",
         "render.yml: Compute the render context": "owner references of the CR only",
+        "observe.yml: Decide whether to read the usage records": "the CR's status.usageRecords.oldestEndedAt only",
+        "usage.yml: Decide which usage records have passed their retention":
+            "the UsageRecords (no keys in them) and the CR's status.usageRecords.oldestEndedAt",
     },
     "devserver": {
         "main.yml: Report a problem with the spec or its flavor": COMMON,
