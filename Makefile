@@ -9,7 +9,6 @@ STAMP := $(VENV)/.setup-stamp
 # checkov cannot share .venv (its pins conflict with ours): its own virtualenv and lock file.
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.setup-stamp
-MONITORING_STAMP := hack/monitoring/node_modules/.setup-stamp
 # boto3 and moto's server cannot share .venv either (python-dateutil): the S3 checkpoint test's
 # own virtualenv, which sees .venv's packages (torch) after its own through a .pth file.
 S3_VENV ?= .venv-s3
@@ -38,7 +37,7 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(MONITORING_STAMP) $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
+test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
@@ -51,12 +50,6 @@ lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production prof
 	$(BIN)/ruff check --no-cache -q .
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
-
-# The Prometheus Operator's schemas (tests/observability/test_monitoring_schema.py): a pinned npm
-# package in hack/monitoring (package-lock.json), for the tests only.
-$(MONITORING_STAMP): hack/monitoring/package-lock.json
-	npm ci --prefix hack/monitoring --no-audit --no-fund --silent
-	@touch $(MONITORING_STAMP)
 
 $(S3_STAMP): requirements-s3.txt $(STAMP)
 	@test -x $(S3_VENV)/bin/python || $(PYTHON) -m venv $(S3_VENV)
@@ -104,5 +97,5 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
 
-clean: ## Remove .venv, collections and the test-only tools (.venv-checkov, .venv-s3, hack/monitoring/node_modules)
-	rm -rf $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) hack/monitoring/node_modules
+clean: ## Remove .venv, collections and the test-only tools (.venv-checkov, .venv-s3)
+	rm -rf $(VENV) collections $(CHECKOV_VENV) $(S3_VENV)
