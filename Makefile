@@ -14,13 +14,18 @@ MONITORING_STAMP := hack/monitoring/node_modules/.setup-stamp
 # own virtualenv, which sees .venv's packages (torch) after its own through a .pth file.
 S3_VENV ?= .venv-s3
 S3_STAMP := $(S3_VENV)/.setup-stamp
-IMG ?= ghcr.io/torchdev/torchdev-operator:0.1.0
+# One version everywhere (docs/delivery.md): the VERSION file; `make release-check` verifies
+# the copies that cannot read it (galaxy.yml, config/default's image tag) and bundle/.
+VERSION ?= $(shell cat VERSION)
+IMAGE_TAG_BASE ?= ghcr.io/torchdev/torchdev-operator
+IMG ?= $(IMAGE_TAG_BASE):$(VERSION)
 KUSTOMIZE := $(BIN)/kubectl kustomize
 KUBECTL := $(BIN)/kubectl
 METRICS_PORT ?= 8686
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean
+.PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
+	release-check
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -89,7 +94,8 @@ uninstall: setup ## Remove the CRDs from the cluster in $KUBECONFIG
 	$(KUSTOMIZE) config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 deploy: setup ## Deploy the operator (CRDs, RBAC, manager) with image $IMG
-	$(KUSTOMIZE) config/default | sed "s#controller:latest#$(IMG)#" | $(KUBECTL) apply --server-side -f -
+	$(KUSTOMIZE) config/default | sed "s#image: $$($(BIN)/python -m hack.version image)\$$#image: $(IMG)#" | \
+	  $(KUBECTL) apply --server-side -f -
 
 undeploy: setup ## Remove the operator deployment (keeps user volumes)
 	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
@@ -99,6 +105,9 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python -m bench.reconcile
 	$(BIN)/python -m bench.exporter
 	$(BIN)/python -m bench.lifecycle
+
+release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject, devctl, IMG, config/default, bundle/)
+	$(BIN)/python -m hack.version check --version "$(VERSION)" --img "$(IMG)" --bundle bundle
 
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .

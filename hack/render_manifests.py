@@ -10,7 +10,8 @@ writes
   OUTDIR/config/<dir>.yaml          `kubectl kustomize config/<dir>`: default (CRDs, RBAC, the
                                     operator Deployment), samples, and every other kustomization
                                     that config/default does not include; --image replaces
-                                    the placeholder controller:latest as `make deploy` does
+                                    the operator image (hack/version.py default_image) as
+                                    `make deploy IMG=...` does
 
 Every role with a tasks/render.yml needs a case builder in CASE_BUILDERS: a new role without
 one is an error, so nothing it renders escapes the security checks.
@@ -31,6 +32,7 @@ import yaml
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status
 from hack.render_cases import devserver_cases as devserver_matrix, devuser_cases as devuser_matrix
 from hack.render_cases import trainingjob_cases as trainingjob_matrix
+from hack import version
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ROOT / "roles"
@@ -181,6 +183,7 @@ def kustomize(directory: str) -> list[dict[str, Any]]:
 
 def write(outdir: Path, image: str | None = None) -> list[Path]:
     written = []
+    default = version.default_image()
     with tempfile.TemporaryDirectory(prefix="torchdev-render-") as tmp:
         rendered = render_roles(Path(tmp))
     for role, by_case in rendered.items():
@@ -190,7 +193,7 @@ def write(outdir: Path, image: str | None = None) -> list[Path]:
         objects = kustomize(directory)
         for obj in objects if image else []:
             for container in ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers", []):
-                if container.get("image") == "controller:latest":
+                if container.get("image") == default:
                     container["image"] = image
         written.append(_dump(outdir / "config" / ("%s.yaml" % directory), objects))
     return written
@@ -204,7 +207,7 @@ def _dump(path: Path, objects: list[dict[str, Any]]) -> Path:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Render every manifest torchdev ships or creates.")
-    parser.add_argument("--image", help="operator image in place of controller:latest (as `make deploy` IMG=...)")
+    parser.add_argument("--image", help="operator image in place of config/default's (as `make deploy` IMG=...)")
     parser.add_argument("outdir", type=Path)
     args = parser.parse_args(argv)
     written = write(args.outdir, args.image)
