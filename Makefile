@@ -19,13 +19,19 @@ S3_STAMP := $(S3_VENV)/.setup-stamp
 VERSION ?= $(shell cat VERSION)
 IMAGE_TAG_BASE ?= ghcr.io/torchdev/torchdev-operator
 IMG ?= $(IMAGE_TAG_BASE):$(VERSION)
+# The OLM bundle (make bundle, docs/delivery.md): its image, channels, upgrade edges.
+BUNDLE_IMG ?= $(IMAGE_TAG_BASE)-bundle:v$(VERSION)
+CHANNELS ?= alpha
+DEFAULT_CHANNEL ?= alpha
+REPLACES ?=
+SKIP_RANGE ?=
 KUSTOMIZE := $(BIN)/kubectl kustomize
 KUBECTL := $(BIN)/kubectl
 METRICS_PORT ?= 8686
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
-	release-check
+	release-check bundle bundle-build
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -106,11 +112,19 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python -m bench.exporter
 	$(BIN)/python -m bench.lifecycle
 
+bundle: setup ## Write the OLM bundle (bundle/, bundle.Dockerfile) for VERSION and IMG from config/manifests
+	$(BIN)/python -m hack.bundle --version "$(VERSION)" --image "$(IMG)" --channels "$(CHANNELS)" \
+	  --default-channel "$(DEFAULT_CHANNEL)" $(if $(REPLACES),--replaces "$(REPLACES)") \
+	  $(if $(SKIP_RANGE),--skip-range "$(SKIP_RANGE)")
+
+bundle-build: ## Build the bundle image $BUNDLE_IMG (needs a Docker engine and make bundle)
+	docker build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
 release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject, devctl, IMG, config/default, bundle/)
 	$(BIN)/python -m hack.version check --version "$(VERSION)" --img "$(IMG)" --bundle bundle
 
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
 
-clean: ## Remove .venv, collections and the test-only tools (.venv-checkov, .venv-s3, hack/monitoring/node_modules)
-	rm -rf $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) hack/monitoring/node_modules
+clean: ## Remove bundle/, .venv, collections and the test-only tools (.venv-checkov, .venv-s3, hack/monitoring/node_modules)
+	rm -rf bundle bundle.Dockerfile $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) hack/monitoring/node_modules

@@ -12,26 +12,20 @@ import pytest
 import yaml
 
 from _support import ROOT, tool
-from hack import version
+from hack import bundle, version
 
 # What `make release-check` reads, copied into a scratch checkout the tests may edit.
 FILES = ("VERSION", "galaxy.yml", "pyproject.toml", "Makefile", "config/default/kustomization.yaml",
          "hack/version.py", "devctl")
 
 
-def write_bundle(root: Path, ver: str, image: str) -> None:
-    """A bundle/ as `make bundle` writes it, as far as versions go (hack/bundle.py's own tests
-    check the rest)."""
-    manifests = root / "bundle" / "manifests"
-    manifests.mkdir(parents=True, exist_ok=True)
-    csv = {"apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
-           "metadata": {"name": "torchdev-operator.v" + ver, "annotations": {"containerImage": image}},
-           "spec": {"version": ver}}
-    (manifests / "torchdev-operator.clusterserviceversion.yaml").write_text(yaml.safe_dump(csv))
+def write_bundle(root: Path, ver: str, manifests: list) -> None:
+    """bundle/ as `make bundle VERSION=ver` writes it."""
+    bundle.write(root, bundle.build(manifests, ver, image="ghcr.io/torchdev/torchdev-operator:" + ver))
 
 
 @pytest.fixture
-def checkout(tmp_path):
+def checkout(tmp_path, manifests):
     for name in FILES:
         src, dst = ROOT / name, tmp_path / name
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -40,7 +34,7 @@ def checkout(tmp_path):
         else:
             shutil.copy2(src, dst)
     ver = version.read_version()
-    write_bundle(tmp_path, ver, "ghcr.io/torchdev/torchdev-operator:" + ver)
+    write_bundle(tmp_path, ver, manifests)
     return tmp_path
 
 
@@ -102,9 +96,9 @@ def test_a_version_that_is_not_semver_is_refused(checkout, bad):
         version.set_version(bad, checkout)
 
 
-def test_set_version_writes_the_copies(checkout):
+def test_set_version_writes_the_copies(checkout, manifests):
     version.set_version("1.2.3", checkout)
-    write_bundle(checkout, "1.2.3", "ghcr.io/torchdev/torchdev-operator:1.2.3")
+    write_bundle(checkout, "1.2.3", manifests)
     res = release_check(checkout)
     assert res.returncode == 0, res.stderr
     assert version.default_image(checkout) == "ghcr.io/torchdev/torchdev-operator:1.2.3"
