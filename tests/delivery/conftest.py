@@ -28,3 +28,12 @@ def csv(generated):
     root, _ = generated
     (path,) = (root / "bundle" / "manifests").glob("*.clusterserviceversion.yaml")
     return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def validated(generated):
+    """The generated bundle as hack/bundle_validate.py reads it."""
+    from hack import bundle_validate
+
+    root, _ = generated
+    return bundle_validate.load(root / "bundle", root / "bundle.Dockerfile")

@@ -136,3 +136,148 @@ def test_a_skeleton_that_does_not_match_the_crds_is_refused(manifests, mutate, m
     mutate(next(o for o in objects if o["kind"] == "ClusterServiceVersion"))
     with pytest.raises(ValueError, match=message):
         bundle.build(objects, "0.1.0")
+
+
+# -- validation: what `operator-sdk bundle validate` checks, offline (hack/bundle_validate.py) ----
+# Each rule passes on the generated bundle and rejects at least one broken copy of it; the test
+# ids name the rule (docs/delivery.md lists the real validator's checks not reproduced here).
+
+def _deployment(b):
+    return b.strategy["deployments"][0]["spec"]
+
+
+def _owned(b, kind):
+    return next(o for o in b.owned if o["kind"] == kind)
+
+
+def _examples(b, change):
+    import json
+
+    examples = b.examples()
+    change(examples)
+    b.csv["metadata"]["annotations"]["alm-examples"] = json.dumps(examples)
+
+
+def _example(kind):
+    return lambda examples: next(e for e in examples if e["kind"] == kind)
+
+
+BROKEN = [
+    ("csv-schema", "unknown field", lambda b: b.csv["spec"]["installModes"][0].update(bogus=True), "unknown field"),
+    ("csv-schema", "displayName missing", lambda b: b.csv["spec"].pop("displayName"), "spec.displayName"),
+    ("csv-schema", "minKubeVersion not a string", lambda b: b.csv["spec"].update(minKubeVersion=1.29),
+     "spec.minKubeVersion"),
+    ("csv-schema", "a container field misspelt", lambda b: _deployment(b)["template"]["spec"]["containers"][0].update(
+        imagePullPolcy="Always"), "imagePullPolcy"),
+    ("crds-owned", "a bundle CRD not owned", lambda b: b.csv["spec"]["customresourcedefinitions"]["owned"].pop(),
+     "is not owned by the CSV"),
+    ("crds-owned", "an owned CRD not in the bundle", lambda b: b.crds.pop(0), "is not a CRD of the bundle"),
+    ("crds-owned", "the kind differs", lambda b: _owned(b, "DevUser").update(kind="Devuser"), "Devuser"),
+    ("alm-examples", "not JSON", lambda b: b.csv["metadata"]["annotations"].update({"alm-examples": "[{"}),
+     "not JSON"),
+    ("alm-examples", "an owner that is no e-mail", lambda b: _examples(
+        b, lambda ex: _example("DevServer")(ex)["spec"].update(owner="jane")), "spec.owner"),
+    ("alm-examples", "a field the CRD prunes", lambda b: _examples(
+        b, lambda ex: _example("DevServerFlavor")(ex)["spec"].update(gpus=2)), 'unknown field "spec.gpus"'),
+    ("alm-examples", "a kind not owned", lambda b: _examples(
+        b, lambda ex: ex.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+     "is not an owned CRD"),
+    ("annotations", "another media type", lambda b: b.annotations.update(
+        {"operators.operatorframework.io.bundle.mediatype.v1": "plain+v0"}), "registry+v1"),
+    ("annotations", "the default channel not a channel", lambda b: b.annotations.update(
+        {"operators.operatorframework.io.bundle.channel.default.v1": "stable"}), "is not one of the channels"),
+    ("annotations", "another package", lambda b: b.annotations.update(
+        {"operators.operatorframework.io.bundle.package.v1": "torchdev"}), "does not name the CSV"),
+    ("dockerfile-labels", "a label differs", lambda b: b.labels.update(
+        {"operators.operatorframework.io.bundle.channels.v1": "beta"}), "annotations.yaml says alpha"),
+    ("dockerfile-labels", "manifests not copied", lambda b: b.copies.pop(0), "nothing is copied to /manifests/"),
+    ("semver", "not semver", lambda b: b.csv["spec"].update(version="0.1"), "not a semantic version"),
+    ("semver", "not VERSION", lambda b: setattr(b, "version", "9.9.9"), "VERSION says 9.9.9"),
+    ("channels", "an empty channel", lambda b: b.annotations.update(
+        {"operators.operatorframework.io.bundle.channels.v1": "alpha,"}), "''"),
+    ("channels", "a blank inside", lambda b: b.annotations.update(
+        {"operators.operatorframework.io.bundle.channels.v1": "alpha,my channel"}), "my channel"),
+    ("upgrade-edges", "replaces a newer CSV", lambda b: b.csv["spec"].update(replaces="torchdev-operator.v99.0.0"),
+     "is not older"),
+    ("upgrade-edges", "replaces another package", lambda b: b.csv["spec"].update(replaces="other.v0.0.1"),
+     "is not torchdev-operator.v<semver>"),
+    ("upgrade-edges", "a skipRange that is no range", lambda b: b.csv["metadata"]["annotations"].update(
+        {"olm.skipRange": "from 0.1 to 0.2"}), "olm.skipRange"),
+    ("permissions", "a cluster rule more", lambda b: b.strategy["clusterPermissions"][0]["rules"].append(
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}), "clusterPermissions rules differ"),
+    ("permissions", "no leader election", lambda b: b.strategy.pop("permissions"), "permissions rules differ"),
+    ("permissions", "another service account", lambda b: b.strategy["clusterPermissions"][0].update(
+        serviceAccountName="default"), "which no Deployment runs as"),
+    ("install-modes", "AllNamespaces unsupported", lambda b: b.csv["spec"]["installModes"][-1].update(supported=False),
+     "AllNamespaces is not supported"),
+    ("install-modes", "a mode twice", lambda b: b.csv["spec"]["installModes"].append(
+        {"type": "OwnNamespace", "supported": False}), "listed 2 times"),
+    ("install-modes", "no such mode", lambda b: b.csv["spec"]["installModes"][0].update(type="Everywhere"),
+     "Everywhere"),
+    ("install-strategy", "not a deployment", lambda b: b.csv["spec"]["install"].update(strategy="helm"), "helm"),
+    ("install-strategy", "an invalid Deployment", lambda b: _deployment(b).update(replicas="one"), "replicas"),
+    ("alm-examples", "an owned kind without example", lambda b: _examples(
+        b, lambda ex: ex.__setitem__(slice(None), [e for e in ex if e["kind"] != "DevUser"])), "DevUser has no example"),
+    ("semver", "a name that is no DNS subdomain", lambda b: b.csv["metadata"].update(name="Torchdev.v0.1.0"),
+     "not a DNS-1123 subdomain"),
+    ("service-accounts", "the operator's ServiceAccount shipped", lambda b: b.others.append(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdev-controller-manager"}}),
+     "OLM creates it"),
+    ("supported-kinds", "a Deployment manifest", lambda b: b.others.append(
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}}), "Deployment x"),
+    ("crds-have-validation", "a CRD without a spec schema", lambda b: b.crds[0]["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"]["properties"].pop("spec"), "no spec schema"),
+    ("crds-have-resources", "no resources", lambda b: _owned(b, "DevServer").pop("resources"), "no resources"),
+    ("spec-descriptors", "a sample field undescribed", lambda b: _owned(b, "DevServer").update(specDescriptors=[
+        d for d in _owned(b, "DevServer")["specDescriptors"] if d["path"] != "owner"]), "spec.owner"),
+    ("status-descriptors", "conditions undescribed", lambda b: _owned(b, "DevUser").update(statusDescriptors=[]),
+     "devusers.torchdev.io"),
+    ("icon", "a bitmap", lambda b: b.csv["spec"]["icon"][0].update(mediatype="image/bmp"), "image/bmp"),
+    ("icon", "not base64", lambda b: b.csv["spec"]["icon"][0].update(base64data="%%%"), "not base64"),
+    ("related-images", "no related images", lambda b: b.csv["spec"].update(relatedImages=[]),
+     "is not in relatedImages"),
+]
+
+
+def test_every_rule_has_a_broken_case():
+    from hack import bundle_validate
+
+    assert {rule for rule, *_ in BROKEN} == set(bundle_validate.RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(__import__("hack.bundle_validate").bundle_validate.RULES))
+def test_rule_passes(validated, rule):
+    from hack import bundle_validate
+
+    assert bundle_validate.RULES[rule](validated) == []
+
+
+@pytest.mark.parametrize("rule,mutate,message", [(r, m, msg) for r, _, m, msg in BROKEN],
+                         ids=["%s: %s" % (r, what) for r, what, _, _ in BROKEN])
+def test_rule_rejects(validated, rule, mutate, message):
+    from hack import bundle_validate
+
+    broken = copy.deepcopy(validated)
+    mutate(broken)
+    problems = bundle_validate.RULES[rule](broken)
+    assert problems and message in " ".join(problems), problems
+
+
+def test_cluster_permissions_are_config_rbac_clusterrole(csv):
+    """The rule 'permissions', spelled out: the CSV grants the operator exactly config/rbac's ClusterRole."""
+    (role,) = [d for d in yaml.safe_load_all((ROOT / "config" / "rbac" / "role.yaml").read_text()) if d]
+    (entry,) = csv["spec"]["install"]["spec"]["clusterPermissions"]
+    assert entry["rules"] == role["rules"]
+
+
+def test_the_validator_cli(generated):
+    root, _ = generated
+    ok = subprocess.run([sys.executable, "-m", "hack.bundle_validate", "--bundle", str(root / "bundle"),
+                         "--dockerfile", str(root / "bundle.Dockerfile")], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0 and "every rule passes" in ok.stdout, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "hack.bundle_validate", "--bundle", str(root / "bundle"),
+                          "--dockerfile", str(root / "bundle.Dockerfile"), "--version", "7.7.7"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert bad.stderr.splitlines() == ["semver: spec.version %s, VERSION says 7.7.7" % version.read_version()]
