@@ -63,6 +63,7 @@ class Bundle:
     copies: list[tuple[str, str]]
     version: str
     rbac: list[dict[str, Any]] = field(default_factory=list)  # config/rbac: the ClusterRole and Role
+    scorecard: dict[str, Any] | None = None  # tests/scorecard/config.yaml
 
     @property
     def owned(self) -> list[dict[str, Any]]:
@@ -114,10 +115,12 @@ def load(bundle_dir: Path, dockerfile: Path, version: str | None = None, root: P
         raise ValueError("%s/manifests holds %d ClusterServiceVersions, not one" % (bundle_dir, len(csvs)))
     annotations = yaml.safe_load((bundle_dir / "metadata" / "annotations.yaml").read_text())["annotations"]
     labels, copies = dockerfile_labels(dockerfile.read_text())
+    scorecard = bundle_dir / "tests" / "scorecard" / "config.yaml"
     return Bundle(csv=csvs[0], crds=[o for o in objects if o["kind"] == "CustomResourceDefinition"],
                   others=[o for o in objects if o["kind"] not in ("ClusterServiceVersion", "CustomResourceDefinition")],
                   annotations=annotations, labels=labels, copies=copies,
-                  version=version or versions.read_version(root), rbac=rbac_roles(root))
+                  version=version or versions.read_version(root), rbac=rbac_roles(root),
+                  scorecard=yaml.safe_load(scorecard.read_text()) if scorecard.exists() else None)
 
 
 # -- OLM's ClusterServiceVersion schema ----------------------------------------------------------
@@ -146,7 +149,8 @@ def csv_crd(path: Path = OLM_SCHEMAS) -> dict[str, Any]:
 _CSV_MODEL: list = []
 
 
-def _csv_model():
+def csv_model():
+    """kubesim's admission model of OLM's ClusterServiceVersion (built once)."""
     from kubesim.validation import CRDModel
 
     if not _CSV_MODEL:
@@ -155,7 +159,8 @@ def _csv_model():
     return _CSV_MODEL[0]
 
 
-def _admit(model, obj: dict[str, Any]) -> list[str]:
+def admit(model, obj: dict[str, Any]) -> list[str]:
+    """What kubesim's admission of `obj` through `model` (a CRD version) says, strictly: [] or the error."""
     from kubesim.errors import ApiError
 
     try:
@@ -172,7 +177,7 @@ def rule_csv_schema(b: Bundle) -> list[str]:
     if (b.csv.get("apiVersion"), b.csv.get("kind")) != ("operators.coreos.com/v1alpha1", "ClusterServiceVersion"):
         return ["not an operators.coreos.com/v1alpha1 ClusterServiceVersion: %s %s"
                 % (b.csv.get("apiVersion"), b.csv.get("kind"))]
-    return _admit(_csv_model(), b.csv)
+    return admit(csv_model(), b.csv)
 
 
 def _crd_keys(crd: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -217,7 +222,7 @@ def rule_alm_examples(b: Bundle) -> list[str]:
         elif key not in models:
             errors.append("%s: no CRD of the bundle serves it" % what)
         else:
-            errors += ["%s: %s" % (what, e) for e in _admit(models[key], example)]
+            errors += ["%s: %s" % (what, e) for e in admit(models[key], example)]
     return errors
 
 
@@ -413,6 +418,50 @@ def rule_status_descriptors(b: Bundle) -> list[str]:
             if "conditions" not in {d["path"] for d in o.get("statusDescriptors") or []}]
 
 
+# The scorecard's configuration file (not an API object: no CRD exists for it), written from the
+# Go types of operator-framework/api pkg/apis/scorecard/v1alpha3 (configuration_types.go).
+_STORAGE = {"type": "object", "additionalProperties": False, "properties": {"spec": {
+    "type": "object", "additionalProperties": False, "properties": {"mountPath": {
+        "type": "object", "additionalProperties": False, "properties": {"path": {"type": "string"}}}}}}}
+SCORECARD_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "stages"],
+    "properties": {
+        "apiVersion": {"const": "scorecard.operatorframework.io/v1alpha3"},
+        "kind": {"const": "Configuration"},
+        "metadata": {"type": "object", "additionalProperties": False, "properties": {"name": {"type": "string"}}},
+        "serviceaccount": {"type": "string"},
+        "storage": _STORAGE,
+        "stages": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["tests"],
+            "properties": {
+                "parallel": {"type": "boolean"},
+                "tests": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False, "required": ["image"],
+                    "properties": {"image": {"type": "string", "minLength": 1}, "uniqueID": {"type": "string"},
+                                   "entrypoint": {"type": "array", "items": {"type": "string"}},
+                                   "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                                   "storage": _STORAGE}}}}}}},
+}
+
+
+def scorecard_errors(config: Any) -> list[str]:
+    """What is wrong with a scorecard Configuration ([] when nothing)."""
+    import jsonschema
+
+    return ["%s: %s" % ("/".join(map(str, e.absolute_path)) or "<root>", e.message)
+            for e in jsonschema.Draft7Validator(SCORECARD_SCHEMA).iter_errors(config)]
+
+
+def rule_scorecard_config(b: Bundle) -> list[str]:
+    """tests/scorecard/config.yaml is a scorecard v1alpha3 Configuration with at least one test."""
+    if b.scorecard is None:
+        return ["no tests/scorecard/config.yaml"]
+    errors = scorecard_errors(b.scorecard)
+    if not errors and not any(stage["tests"] for stage in b.scorecard["stages"]):
+        errors.append("no test in any stage")
+    return errors
+
+
 def rule_icon(b: Bundle) -> list[str]:
     """The icon is base64 of an image type the console shows."""
     errors = []
@@ -453,6 +502,7 @@ RULES: dict[str, Callable[[Bundle], list[str]]] = {
     "crds-have-resources": rule_crds_have_resources,
     "spec-descriptors": rule_spec_descriptors,
     "status-descriptors": rule_status_descriptors,
+    "scorecard-config": rule_scorecard_config,
     "icon": rule_icon,
     "related-images": rule_related_images,
 }

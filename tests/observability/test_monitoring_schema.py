@@ -5,32 +5,23 @@ pinned in hack/monitoring/package-lock.json; `make test` installs it with `npm c
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from hack import monitoring_schema
+
 ROOT = Path(__file__).resolve().parents[2]
-MONITORING = ROOT / "hack" / "monitoring"
 
 
 def validate(objects, tmp_path):
-    node = shutil.which("node")
-    if not node:
-        pytest.fail("node not found: the Prometheus Operator schemas run on Node.js (Debian: apt-get install nodejs "
-                    "npm; .ci/run installs it)", pytrace=False)
-    if not (MONITORING / "node_modules" / "@kubernetes-models" / "prometheus-operator").is_dir():
-        pytest.fail("hack/monitoring/node_modules is missing: make test installs it (npm ci --prefix hack/monitoring)",
-                    pytrace=False)
-    path = tmp_path / "objects.json"
-    path.write_text(json.dumps(objects))
-    res = subprocess.run([node, str(MONITORING / "validate.mjs"), str(path)], capture_output=True, text=True,
-                         timeout=120)
-    results = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
-    assert len(results) == len(objects), res.stdout + res.stderr
-    return res.returncode, results
+    """(exit status, results) of hack/monitoring's validator (hack/monitoring_schema.py)."""
+    try:
+        return monitoring_schema.validate(objects)
+    except monitoring_schema.Unavailable as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="module")
