@@ -35,7 +35,7 @@ METRICS_PORT ?= 8686
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
-	release-check bundle bundle-validate bundle-build
+	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -84,6 +84,22 @@ $(S3_STAMP): requirements-s3.txt $(STAMP)
 	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
 	  "$$($(S3_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/torchdev-venv.pth"
 	@touch $(S3_STAMP)
+
+# `make test-image`: the operator image without Docker (hack/image.py): the base image's Python
+# (3.12) and packages (requirements-image.txt) in their own virtualenv, HOME laid out by the
+# Dockerfile's own instructions.
+IMAGE_VENV ?= .venv-image
+IMAGE_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+IMAGE_HOME := .cache/image-home
+IMAGE_STAMP := $(IMAGE_VENV)/.setup-stamp
+
+$(IMAGE_STAMP): requirements-image.txt requirements-image-test.txt
+	rm -rf $(IMAGE_VENV)
+	$(IMAGE_PYTHON) -m venv $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-image.txt
+	$(IMAGE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-image-test.txt \
+	  -c requirements-image.txt
+	@touch $(IMAGE_STAMP)
 
 $(CHECKOV_STAMP): requirements-checkov.txt
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
@@ -136,8 +152,20 @@ bundle-build: ## Build the bundle image $BUNDLE_IMG (needs a Docker engine and m
 release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject, devctl, IMG, config/default, bundle/)
 	$(BIN)/python -m hack.version check --version "$(VERSION)" --img "$(IMG)" --bundle bundle
 
+test-image: setup $(IMAGE_STAMP) ## The image without Docker: HOME from the Dockerfile, the DevServer e2e tests and molecule with its ansible-core 2.18
+	$(BIN)/python -m hack.image --venv $(IMAGE_VENV) --home $(IMAGE_HOME) --env-file $(IMAGE_HOME).env
+	set -a && . ./$(IMAGE_HOME).env && set +a && \
+	  TORCHDEV_ANSIBLE_PYTHON="$(CURDIR)/$(IMAGE_VENV)/bin/python" \
+	  ANSIBLE_COLLECTIONS_PATH="$(CURDIR)/$(IMAGE_HOME)/.ansible/collections" \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_devserver_e2e.py
+	@# molecule's prerun would install this checkout into ~/.ansible/collections, ahead of the image's
+	printf 'prerun: false\n' > $(IMAGE_HOME).molecule.yml
+	set -a && . ./$(IMAGE_HOME).env && set +a && \
+	  ANSIBLE_COLLECTIONS_PATH="$(CURDIR)/$(IMAGE_HOME)/.ansible/collections" \
+	  PATH="$(CURDIR)/$(IMAGE_VENV)/bin:$$PATH" $(IMAGE_VENV)/bin/molecule -c $(IMAGE_HOME).molecule.yml test
+
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
 
-clean: ## Remove bundle/, .venv, collections and the test-only tools (.venv-checkov, .venv-s3, .cache/olm-schema, hack/monitoring/node_modules)
-	rm -rf bundle bundle.Dockerfile $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) $(OLM_SCHEMA_DIR) hack/monitoring/node_modules
+clean: ## Remove bundle/, .venv, collections and the test-only tools (.venv-checkov, .venv-s3, .venv-image, .cache, hack/monitoring/node_modules)
+	rm -rf bundle bundle.Dockerfile $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) $(IMAGE_VENV) .cache hack/monitoring/node_modules
