@@ -4,9 +4,9 @@
 FROM quay.io/operator-framework/ansible-operator:v1.39.2
 
 # The base image's ansible-core is 2.18: unless Jinja2's native types are on, it turns a template
-# whose value is None into "" (2.19, which the tests here use, keeps None), and the roles test
-# facts with `is none` (a DevServer without a problem would be reported as having one).  Found by
-# running the roles under the base image's Python packages (branch issue16-delivery, make test-image).
+# whose value is None into "" (2.19 keeps None), and the roles test facts with `is none` (e.g. a
+# DevServer without problem would be reported as one).  `make test-image` runs the roles with
+# the base's ansible-core and this environment (hack/image.py, docs/delivery.md).
 ENV ANSIBLE_JINJA2_NATIVE=True
 
 # Collections the roles use (kubernetes.core), pinned in requirements.yml.

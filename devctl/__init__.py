@@ -1,6 +1,21 @@
 """devctl: the torchdev command line (GPU dev servers on Kubernetes)."""
 
-__version__ = "0.1.0"
+from pathlib import Path as _Path
+
+
+def _version() -> str:
+    """The one version of torchdev: the VERSION file at the repository root (docs/delivery.md);
+    an installed distribution without the checkout answers from its metadata (the same file,
+    pyproject.toml reads it)."""
+    try:
+        return (_Path(__file__).resolve().parent.parent / "VERSION").read_text().strip()
+    except OSError:  # pragma: no cover - a wheel install
+        from importlib.metadata import version
+
+        return version("torchdev")
+
+
+__version__ = _version()
 
 # The API group and version are the operator's (plugins/module_utils/constants.py): devctl
 # shares the collection's module_utils for its names and quantities.

@@ -12,7 +12,8 @@ symlink ``collections/ansible_collections/torchdev/operator`` -> the repository 
 ansible-playbook, ansible-doc, ansible-lint, molecule, the local runtime and the tests
 resolve ``torchdev.operator.*`` to the files being edited.
 
-Usage: install_collections.py [--dest collections] [--requirements requirements.yml]
+Usage: install_collections.py [--dest collections] [--requirements requirements.yml] [--no-link]
+(--no-link: only the pinned collections, e.g. into the image's ~/.ansible/collections, hack/image.py)
 """
 from __future__ import annotations
 
@@ -60,13 +61,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dest", default="collections")
     ap.add_argument("--requirements", default="requirements.yml")
+    ap.add_argument("--no-link", action="store_true", help="do not link this checkout as torchdev.operator")
     args = ap.parse_args()
     dest = pathlib.Path(args.dest)
     wanted = {
         c["name"]: str(c["version"])
         for c in yaml.safe_load(pathlib.Path(args.requirements).read_text())["collections"]
     }
-    link_checkout(dest)
+    if not args.no_link:
+        link_checkout(dest)
     missing = {n: v for n, v in wanted.items() if installed_version(dest, n) != v}
     if not missing:
         return 0

@@ -10,7 +10,8 @@ writes
   OUTDIR/config/<dir>.yaml          `kubectl kustomize config/<dir>`: default (CRDs, RBAC, the
                                     operator Deployment), samples, and every other kustomization
                                     that config/default does not include; --image replaces
-                                    the placeholder controller:latest as `make deploy` does
+                                    the operator image (hack/version.py default_image) as
+                                    `make deploy IMG=...` does
 
 Every role with a tasks/render.yml needs a case builder in CASE_BUILDERS: a new role without
 one is an error, so nothing it renders escapes the security checks.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ import yaml
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status
 from hack.render_cases import devserver_cases as devserver_matrix, devuser_cases as devuser_matrix
 from hack.render_cases import trainingjob_cases as trainingjob_matrix, usage_cases as usage_matrix
+from hack import version
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ROOT / "roles"
@@ -197,14 +200,26 @@ def kustomizations() -> list[str]:
     return sorted(p.parent.name for p in CONFIG.glob("*/kustomization.yaml") if p.parent.name not in included)
 
 
+class KubectlLoader(yaml.SafeLoader):
+    """kubectl (Go, YAML 1.2) writes 0.00005 as 5e-05, which YAML 1.1 (PyYAML) would read as a
+    string: an exponent without a dot is a float here too."""
+
+
+KubectlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
+
+
 def kustomize(directory: str) -> list[dict[str, Any]]:
+    """`kubectl kustomize config/<directory>`, parsed as kubectl would."""
     out = subprocess.run([str(BIN / "kubectl"), "kustomize", str(CONFIG / directory)],
                          check=True, capture_output=True, text=True, timeout=120).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    return [doc for doc in yaml.load_all(out, Loader=KubectlLoader) if doc]
 
 
 def write(outdir: Path, image: str | None = None) -> list[Path]:
     written = []
+    default = version.default_image()
     with tempfile.TemporaryDirectory(prefix="torchdev-render-") as tmp:
         rendered = render_roles(Path(tmp))
     for role, by_case in rendered.items():
@@ -214,7 +229,7 @@ def write(outdir: Path, image: str | None = None) -> list[Path]:
         objects = kustomize(directory)
         for obj in objects if image else []:
             for container in ((obj.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers", []):
-                if container.get("image") == "controller:latest":
+                if container.get("image") == default:
                     container["image"] = image
         written.append(_dump(outdir / "config" / ("%s.yaml" % directory), objects))
     return written
@@ -228,7 +243,7 @@ def _dump(path: Path, objects: list[dict[str, Any]]) -> Path:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Render every manifest torchdev ships or creates.")
-    parser.add_argument("--image", help="operator image in place of controller:latest (as `make deploy` IMG=...)")
+    parser.add_argument("--image", help="operator image in place of config/default's (as `make deploy` IMG=...)")
     parser.add_argument("outdir", type=Path)
     args = parser.parse_args(argv)
     written = write(args.outdir, args.image)

@@ -221,6 +221,8 @@ class AnsibleRunner:
         self.prep_dir = os.path.join(self.work_dir, gk)
         os.makedirs(self.prep_dir, exist_ok=True)
         self.inventory = os.path.join(self.prep_dir, "hosts")
+        # the Python of Ansible: its bin/ (ansible-playbook) goes first on the runs' PATH
+        self.ansible_bin = os.path.dirname(python or sys.executable)
         self.set_python(python or sys.executable)
         self.main = self._prepare(watch.playbook, watch.role, "main")
         fin = watch.finalizer
@@ -254,7 +256,7 @@ class AnsibleRunner:
         env = {
             "K8S_AUTH_KUBECONFIG": self.kubeconfig,
             "KUBECONFIG": self.kubeconfig,
-            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            "PATH": self.ansible_bin + os.pathsep + os.environ.get("PATH", ""),
             "ANSIBLE_NOCOLOR": "1",
         }
         if self.ansible_config:

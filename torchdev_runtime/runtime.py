@@ -109,6 +109,9 @@ class Runtime:
         keep_artifacts: keep ansible-runner's private data dirs (in ``work_dir``).
         graceful_shutdown_timeout: how long stop() waits for running reconciles (30s).
         extra_env: extra environment variables for ansible-playbook.
+        ansible_python: the Python of Ansible (ansible-playbook and module runs; default
+            $TORCHDEV_ANSIBLE_PYTHON, else this one): `make test-image` runs the roles with the
+            operator image's Python and ansible-core (hack/image.py) under this runtime.
     """
 
     def __init__(self, watches_file: str | None = None, kubeconfig: str | None = None, *,
@@ -124,7 +127,8 @@ class Runtime:
                  graceful_shutdown_timeout: float = 30.0,
                  extra_env: Mapping[str, str] | None = None,
                  health_interval: float = 60.0,
-                 forkserver: bool | None = None):
+                 forkserver: bool | None = None,
+                 ansible_python: str | None = None):
         self.ansible_config = ansible_config or default_ansible_config(watches_file)
         if watches is None:
             if watches_file is None:
@@ -157,6 +161,7 @@ class Runtime:
             forkserver = os.environ.get("TORCHDEV_FORKSERVER", "1").lower() not in (
                 "0", "false", "no")
         self.use_forkserver = forkserver
+        self.ansible_python = ansible_python or os.environ.get("TORCHDEV_ANSIBLE_PYTHON") or sys.executable
         self._forkservers: list[ForkServer] = []
         self._static_deps: dict[GVK, list[GVK]] = {}
         if dependent_watches is None:
@@ -220,7 +225,8 @@ class Runtime:
                  ",".join(self.namespaces) or "(all)", self.ansible_config or "(default)")
         runners = [AnsibleRunner(w, self.kubeconfig, ansible_config=self.ansible_config,
                                  work_dir=self.work_dir, gather_facts=self.gather_facts,
-                                 keep_artifacts=self.keep_artifacts, extra_env=self.extra_env)
+                                 keep_artifacts=self.keep_artifacts, extra_env=self.extra_env,
+                                 python=self.ansible_python)
                    for w in self.watches]
         if self.use_forkserver and runners:
             self._start_forkservers(runners)
@@ -245,11 +251,11 @@ class Runtime:
 
     def _start_forkservers(self, runners: list[AnsibleRunner]) -> None:
         """Module runs and ansible-playbook start from fork servers (forkserver.py)."""
-        modules = ForkServer(self.work_dir, "python", ansiballz=True).start()
+        modules = ForkServer(self.work_dir, "python", ansiballz=True, python=self.ansible_python).start()
         playbooks = ForkServer(self.work_dir, "ansible-playbook", preload=PLAYBOOK_PRELOAD,
-                               env=runners[0].server_env(), ansible_cache=True).start()
+                               env=runners[0].server_env(), ansible_cache=True, python=self.ansible_python).start()
         self._forkservers = [modules, playbooks]
-        script = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+        script = os.path.join(os.path.dirname(self.ansible_python), "ansible-playbook")
         for runner in runners:
             runner.set_python(modules.shim)
             if os.path.exists(script):
