@@ -54,6 +54,17 @@ def _phase(custom) -> dict[str, int]:
     return out
 
 
+def _ends(custom, idle: set[str]) -> dict[str, dict[str, int]]:
+    """How the reservations ended ({"idle"|"active": {endReason: count}}): an idle server is
+    expected to end Idle (its idle deadline comes first), an active one Expired."""
+    out: dict[str, dict[str, int]] = {"idle": {}, "active": {}}
+    for obj in custom.list_namespaced_custom_object(GROUP, VERSION, NS, "devservers")["items"]:
+        reason = ((obj.get("status") or {}).get("reservation") or {}).get("endReason") or "running"
+        row = out["idle" if obj["metadata"]["name"] in idle else "active"]
+        row[reason] = row.get(reason, 0) + 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--servers", type=int, default=100)
@@ -119,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             after = rt.counters("DevServer")
             metrics = sim.metrics()
             phases = _phase(custom)
+            outcomes = _ends(custom, {f"lc-{i:03d}" for i in range(half)})
         finally:
             rt.stop()
     causes = {k: after["causes"].get(k, 0) - before["causes"].get(k, 0) for k in after["causes"]}
@@ -129,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"API requests: {metrics['total']} ({metrics['total'] / n:.1f} per server), writes {metrics['writes']}; "
           f"by verb: {json.dumps(metrics['by_verb'], sort_keys=True)}")
     print(f"phases at the end: {json.dumps(phases, sort_keys=True)}")
+    print(f"reservations ended, idle servers: {json.dumps(outcomes['idle'], sort_keys=True)}; "
+          f"active servers: {json.dumps(outcomes['active'], sort_keys=True)}")
     print(f"reconciles without a cause: {causes.get('unknown', 0)}; periodic (resync): {causes.get('resync', 0)}")
     return 0
 
