@@ -292,7 +292,11 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
                            "is false, so it keeps running" % (meta.get("name"), idle["since"],
                                                               format_duration(idle_timeout))})
         if now_s >= deadline:
-            if auto and not result["stop"]:
+            # A run that comes after both the idle deadline and the expiry (a busy operator) stops
+            # for what came first: an idle shutdown before the reservation's end is recorded as Idle.
+            expired_later = (result["stop"] or {}).get("reason") == "Expired" and deadline < _seconds(
+                reservation["expiresAt"])
+            if auto and (not result["stop"] or expired_later):
                 result["stop"] = {"reason": "Idle",
                                   "message": "idle since %s, longer than spec.lifecycle.idleTimeout (%s)"
                                              % (idle["since"], format_duration(idle_timeout))}

@@ -200,6 +200,19 @@ def test_idle_shutdown_warns_then_stops():
     assert out["stop"]["reason"] == "Idle"
 
 
+@pytest.mark.parametrize("idle_deadline, reason", [
+    (3000, "Idle"),      # idle first: a run that comes late (a busy operator) still says why it stopped first
+    (4000, "Expired"),   # the reservation ended first
+    (3600, "Expired"),   # the same second: the reservation
+])
+def test_a_late_run_stops_for_what_came_first(idle_deadline, reason):
+    cr = server(duration="1h", idleTimeout=idle_deadline - 100, autoShutdown=True)
+    cr["status"] = {"reservation": {"startedAt": T0, "expiresAt": at(3600), "duration": "1h",
+                                    "warningsSent": [1800, 900, 300]}}
+    out = lifecycle.lifecycle_status(cr, True, at(4100), activity=activity("idle", at(100)), pods=[POD])
+    assert out["stop"]["reason"] == reason
+
+
 def test_auto_shutdown_off_warns_and_keeps_running():
     cr = server(idleTimeout=600, autoShutdown=False)
     cr["status"] = {"reservation": {"startedAt": T0}}
