@@ -57,9 +57,10 @@ test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), mol
 molecule: setup ## The molecule scenario (kubesim started in create.yml): converge, idempotence, verify
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test
 
-lint: setup ## ruff (pyflakes rules), yamllint and ansible-lint (production profile)
+lint: setup ## ruff (pyflakes rules), yamllint, ansible-lint (production profile) and hadolint (Dockerfile)
 	$(BIN)/ruff check --no-cache -q .
 	$(BIN)/yamllint -s .
+	$(BIN)/hadolint Dockerfile
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
 
 $(S3_STAMP): requirements-s3.txt $(STAMP)
