@@ -41,8 +41,8 @@ options:
       - A named query with C(optional=true) may have an empty C(name), for an object that has
         no name yet (the usage record of a DevServer that never started). Then no request is
         made and its result is C(null).
-      - A query with C(skip=true) makes no request either; its result is C(null) (a list the
-        role needs only now and then: the DevUser's UsageRecords).
+      - A query with C(skip=true) makes no request either; its result is C(null) (for a list a
+        role needs only now and then, such as the DevUser's UsageRecords).
     type: dict
     required: true
   devuser:
