@@ -79,14 +79,20 @@ def startup(cr, pods, desired_replicas, running, queue=None, now=None):
         if not (meta.get("creationTimestamp") or now):
             return None
         begin = parse_time(meta.get("creationTimestamp") or now)
-    else:  # a new start after a complete one: its oldest new pod, or now when none exists yet
+    else:  # a new start after a complete one: its oldest new pod; now while it waits in Kueue's queue
         last_ready = parse_time(old.get("readyAt") or old["startedAt"])
         created = [parse_time(p["metadata"]["creationTimestamp"]) for p in pods
                    if (p.get("metadata") or {}).get("creationTimestamp")]
         created = [c for c in created if c >= last_ready]
-        if not (created or now):
+        if created:
+            begin = min(created)
+        elif queue and not queue.get("admitted") and now:
+            begin = parse_time(now)
+        else:
+            # No new pod yet (a rolling update whose old pod is still there, a start a moment
+            # ago): the last start stays until one exists.  Beginning at `now` instead would
+            # lose a pod created between this run's read and `now`, for good.
             return old
-        begin = min(created) if created else parse_time(now)
     pods = [p for p in pods if not (p.get("metadata") or {}).get("creationTimestamp")
             or parse_time(p["metadata"]["creationTimestamp"]) >= begin]  # this start's pods
     replicas = int(desired_replicas or 0)
