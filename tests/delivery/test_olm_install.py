@@ -4,7 +4,7 @@ OLM's install strategy creates from the CSV: the service account, a ClusterRole 
 ClusterRoleBinding per clusterPermissions entry, a Role and RoleBinding per permissions entry,
 the Deployment. The Deployment only exists (kubesim schedules and "runs" its pod); the local
 runtime (torchdev_runtime, as in tests/_cluster.py) stands in for the image's ansible-operator
-and reconciles the alm-examples' DevServerFlavor and DevServer to Ready.
+and reconciles every alm-example to its working state.
 
 That the operator's requests are all granted by these permissions follows from two tests: the
 rule `permissions` (tests/delivery/test_bundle.py: the CSV's clusterPermissions ARE config/rbac's
@@ -18,12 +18,13 @@ import json
 import pytest
 import yaml
 
-from _e2e_helpers import GROUP, NODES, ROOT, VERSION, wait_ready
+from _e2e_helpers import GROUP, KEY, ROOT, VERSION, condition, wait_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 OPERATORS = "operators"  # the namespace of OLM's global OperatorGroup (AllNamespaces)
-USER_NAMESPACE = "dev-jane"
+# the sample node pools with room for every example at once (the distributed one takes 4 A10G nodes)
+NODES = (ROOT / "hack" / "sample-nodes.spec").read_text().strip().replace("g5:2x{", "g5:6x{")
 
 
 def olm_labels(csv: dict) -> dict:
@@ -124,22 +125,76 @@ def test_the_install_strategy_objects_exist(cluster):
     assert deployment.metadata.labels["olm.owner"] == csv["metadata"]["name"]
 
 
+def _prerequisites(kube, namespace: str, examples: list[dict]) -> None:
+    """What the examples name and a user creates beforehand: the Secrets and the shared claim."""
+    from kubernetes.client.exceptions import ApiException
+
+    def create(fn, body):
+        try:
+            fn(namespace, body)
+        except ApiException as exc:  # the same Secret named by two examples
+            if exc.status != 409:
+                raise
+    for ex in examples:
+        spec = ex["spec"]
+        secrets = [(spec.get("sshKeySecretRef") or {}).get("name"),
+                   ((spec.get("checkpoint") or {}).get("storage") or {}).get("secretName")]
+        secrets += [e["valueFrom"]["secretKeyRef"]["name"] for e in spec.get("env") or []
+                    if (e.get("valueFrom") or {}).get("secretKeyRef")]
+        for name in filter(None, secrets):
+            data = {"authorized_keys": KEY, "api-key": "k", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s"}
+            create(kube["core"].create_namespaced_secret,
+                   {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data})
+        if spec.get("sharedVolumeClaimName"):
+            create(kube["core"].create_namespaced_persistent_volume_claim,
+                   {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": spec["sharedVolumeClaimName"]},
+                    "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "efs-sc",
+                             "resources": {"requests": {"storage": "100Gi"}}}})
+
+
 def test_the_alm_examples_reconcile_to_ready(cluster, operator):
+    """Every alm-example reaches its working state: the flavors are Valid, the users'
+    namespaces are Active, every DevServer is Ready on the nodes its flavor selects, every
+    TrainingJob runs all its workers."""
     sim, kube, csv = cluster["sim"], cluster["kube"], cluster["csv"]
     examples = json.loads(csv["metadata"]["annotations"]["alm-examples"])
-    server = next(e for e in examples if e["kind"] == "DevServer" and e["metadata"]["name"] == "jane-dev")
-    flavor = next(e for e in examples if e["kind"] == "DevServerFlavor"
-                  and e["metadata"]["name"] == server["spec"]["flavor"])
-    kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devserverflavors", flavor)
-    kube["core"].create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": USER_NAMESPACE}})
-    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, USER_NAMESPACE, "devservers", server)
-    obj = wait_ready(sim, kube, USER_NAMESPACE, "jane-dev", timeout=120)
-    assert obj["status"]["phase"] == "Running" and obj["status"]["ready"] == "1/1"
-    pod = kube["core"].read_namespaced_pod("jane-dev-0", USER_NAMESPACE)
-    assert pod.spec.node_name.startswith("g5-")  # the example flavor's A10G nodes
-
-    def flavor_counted():
-        status = kube["custom"].get_cluster_custom_object(GROUP, VERSION, "devserverflavors",
-                                                          flavor["metadata"]["name"]).get("status") or {}
-        return status if status.get("devServers") == 1 else None
-    sim.wait_for(flavor_counted, 60, message="the flavor's status to count the server")
+    kinds = [e["kind"] for e in examples]
+    assert {"DevServerFlavor", "DevUser", "DevServer", "TrainingJob"} <= set(kinds), kinds
+    custom = kube["custom"]
+    for ex in examples:  # cluster-scoped first: the flavors and the users (who get dev-<name>)
+        if ex["kind"] in ("DevServerFlavor", "DevUser"):
+            custom.create_cluster_custom_object(GROUP, VERSION, ex["kind"].lower() + "s", ex)
+    users = [e["metadata"]["name"] for e in examples if e["kind"] == "DevUser"]
+    for user in users:
+        obj = sim.wait_for(lambda: (lambda o: o if condition(o, "Ready").get("status") == "True" else None)(
+            custom.get_cluster_custom_object(GROUP, VERSION, "devusers", user)), 120,
+            message="DevUser %s Ready" % user)
+        assert obj["status"]["phase"] == "Active"
+    # the servers in the first user's namespace, the training jobs in the GPU user's (its quota)
+    server_ns, job_ns = "dev-" + users[0], "dev-" + users[-1]
+    servers = [e for e in examples if e["kind"] == "DevServer"]
+    jobs = [e for e in examples if e["kind"] == "TrainingJob"]
+    _prerequisites(kube, server_ns, servers)
+    _prerequisites(kube, job_ns, jobs)
+    for ex in servers:
+        custom.create_namespaced_custom_object(GROUP, VERSION, server_ns, "devservers", ex)
+    for ex in jobs:
+        custom.create_namespaced_custom_object(GROUP, VERSION, job_ns, "trainingjobs", ex)
+    flavors = {e["metadata"]["name"]: e for e in examples if e["kind"] == "DevServerFlavor"}
+    for ex in servers:
+        obj = wait_ready(sim, kube, server_ns, ex["metadata"]["name"], timeout=180)
+        assert obj["status"]["phase"] == "Running", obj["status"]
+        pool = flavors[ex["spec"]["flavor"]]["spec"].get("nodeSelector") or {}
+        for i in range(int(obj["status"]["ready"].split("/")[1])):
+            pod = kube["core"].read_namespaced_pod("%s-%d" % (ex["metadata"]["name"], i), server_ns)
+            node = kube["core"].read_node(pod.spec.node_name)
+            assert pool.items() <= (node.metadata.labels or {}).items(), (pod.spec.node_name, pool)
+    for ex in jobs:
+        name = ex["metadata"]["name"]
+        sim.wait_for(lambda: (custom.get_namespaced_custom_object(GROUP, VERSION, job_ns, "trainingjobs", name)
+                              .get("status") or {}).get("state") == "Running", 180,
+                     message="TrainingJob %s Running" % name)
+    for name in flavors:
+        obj = custom.get_cluster_custom_object(GROUP, VERSION, "devserverflavors", name)
+        assert condition(obj, "Ready").get("reason") == "Valid", (name, obj.get("status"))
