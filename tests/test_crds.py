@@ -410,6 +410,9 @@ VALID_DEVSERVERS = {
     ]),
     "shared-claim": devserver(sharedVolumeClaimName="team-efs"),
     "suspended": devserver(suspend=True, lifecycle={"idleTimeout": 0, "autoShutdown": True}),
+    "reservation": devserver(lifecycle={"duration": "1h30m"}),
+    "reservation-seconds": devserver(lifecycle={"duration": "90s"}),
+    "reservation-zero-hours": devserver(lifecycle={"duration": "0h30m"}),
     "name-52": devserver(name="a" * 52),
     # accepted and ignored (status.warnings says so): seed 000's example does this
     "standalone-with-distributed": devserver(distributed={"worldSize": 4, "nprocsPerNode": 1}),
@@ -473,6 +476,10 @@ INVALID_DEVSERVERS = [
     ("env-bad-name", devserver(env=[{"name": "1A=", "value": "1"}]), "spec.env[0].name", "should match"),
     ("idle-timeout-too-long", devserver(lifecycle={"idleTimeout": 604801}),
      "spec.lifecycle.idleTimeout", "less than or equal to 604800"),
+    ("zero-duration", devserver(lifecycle={"duration": "0h"}), "spec.lifecycle.duration",
+     "duration must be longer than zero"),
+    ("zero-duration-terms", devserver(lifecycle={"duration": "0h00m0s"}), "spec.lifecycle.duration",
+     "duration must be longer than zero"),
     ("name-not-dns1035", devserver(name="1-jane"), "", "metadata.name must be a DNS-1035 label"),
     ("name-too-long", devserver(name="a" * 53), "", "at most 52 characters"),
 ]
