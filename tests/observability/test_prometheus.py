@@ -81,6 +81,9 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                 {"series": 'torchdev_devservers{flavor="f",phase="Failed"}', "values": "1x10"},
                 {"series": 'torchdev_queue_wait_seconds{flavor="f"}', "values": "3000+60x20"},
                 {"series": 'torchdev_gpus_idle{user="a@x.io",flavor="f"}', "values": "1x180"},
+                # ansible-operator's (and the local runtime's) reconcile errors: one a minute
+                {"series": 'controller_runtime_reconcile_errors_total{controller="devserver-controller"}',
+                 "values": "0x5 0+1x60"},
                 {"series": 'torchdev_trainingjob_failed_total{namespace="ml",reason="BackoffLimitExceeded"}',
                  "values": "0x5 1x30"},
                 {"series": 'torchdev_trainingjob_allocated_gpus{namespace="ml",training_job="stuck"}', "values": "4x90"},
@@ -119,6 +122,13 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                     "exp_annotations": {"summary": "a@x.io holds 1 idle f GPU(s) for 2h",
                                         "description": "Their lifecycle agents report no session, process or GPU "
                                                        "activity; autoShutdown may be off."}}]},
+                {"eval_time": "15m", "alertname": "TorchdevReconcileErrors", "exp_alerts": []},
+                {"eval_time": "30m", "alertname": "TorchdevReconcileErrors", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "controller": "devserver-controller"},
+                    "exp_annotations": {
+                        "summary": "The torchdev operator fails reconciles of devserver-controller",
+                        "description": "Reconcile errors for 15 minutes; see the operator's logs and the objects' "
+                                       "Degraded conditions."}}]},
                 {"eval_time": "8m", "alertname": "TorchdevTrainingJobFailed", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "namespace": "ml", "reason": "BackoffLimitExceeded"},
                     "exp_annotations": {
