@@ -65,8 +65,8 @@ def idle_job_alert(job, gpus):
     return {"exp_labels": {"severity": "warning", "namespace": "ml", "training_job": job},
             "exp_annotations": {
                 "summary": f"TrainingJob ml/{job} holds {gpus} GPU(s) without progress",
-                "description": "Its progress has not changed, or was never reported, for 45 minutes: a hung rank, "
-                               "a stuck data loader or training code that does not report progress."}}
+                "description": "No progress change, or none reported, for 45 minutes: a hung rank, a stuck data "
+                               "loader or code that does not report progress."}}
 
 
 def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
