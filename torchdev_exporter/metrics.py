@@ -34,6 +34,10 @@ def _key(obj: dict) -> tuple[str, str]:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
+def _uid(obj: dict) -> str:
+    return str((obj.get("metadata") or {}).get("uid"))
+
+
 def _price(flavor: dict | None) -> float:
     try:
         return float(((flavor or {}).get("spec") or {}).get("pricePerHour") or 0)
@@ -109,25 +113,27 @@ class Store:
     def replace(self, devservers: list[dict]) -> None:
         """The DevServers as listed: the baseline at first, else what changed since is counted."""
         with self.lock:
-            baseline = "devservers" not in self.listed
-            listed = {_key(ds): ds for ds in devservers}
-            for key in [k for k in self.devservers if k not in listed]:
-                self._account(key, None, previous=self.devservers.pop(key))
-            for key, ds in listed.items():
-                self._account(key, ds, baseline=baseline)
-                self.devservers[key] = ds
-            self.listed.add("devservers")
+            self._replace("devservers", self.devservers, devservers,
+                          gone=lambda key, old: self._account(key, None, previous=old),
+                          seen=lambda key, ds, baseline: self._account(key, ds, baseline=baseline))
 
     def replace_trainingjobs(self, jobs: list[dict]) -> None:
         with self.lock:
-            baseline = "trainingjobs" not in self.listed
-            listed = {_key(tj): tj for tj in jobs}
-            for key in [k for k in self.trainingjobs if k not in listed]:
-                self._forget_trainingjob(key, self.trainingjobs[key])
-            for key, tj in listed.items():
-                self.trainingjobs[key] = tj
-                self._count_trainingjob(tj, baseline=baseline)
-            self.listed.add("trainingjobs")
+            self._replace("trainingjobs", self.trainingjobs, jobs,
+                          gone=lambda key, old: self._tj_seen.pop((key[0], _uid(old)), None),
+                          seen=lambda key, tj, baseline: self._count_trainingjob(tj, baseline=baseline))
+
+    def _replace(self, kind: str, held: dict, items: list[dict], gone, seen) -> None:
+        """``held`` becomes ``items``: ``gone(key, old)`` for each object no longer listed,
+        ``seen(key, obj, baseline)`` for each listed one, before it is stored."""
+        baseline = kind not in self.listed
+        listed = {_key(obj): obj for obj in items}
+        for key in [k for k in held if k not in listed]:
+            gone(key, held.pop(key))
+        for key, obj in listed.items():
+            seen(key, obj, baseline)
+            held[key] = obj
+        self.listed.add(kind)
 
     # -- events ------------------------------------------------------------------------------
     def apply_flavor(self, flavor: dict) -> None:
@@ -158,11 +164,9 @@ class Store:
 
     def delete_trainingjob(self, tj: dict) -> None:
         with self.lock:
-            self._forget_trainingjob(_key(tj), tj)
-
-    def _forget_trainingjob(self, key, tj: dict) -> None:
-        self.trainingjobs.pop(key, None)
-        self._tj_seen.pop((key[0], str((tj.get("metadata") or {}).get("uid"))), None)
+            key = _key(tj)
+            self.trainingjobs.pop(key, None)
+            self._tj_seen.pop((key[0], _uid(tj)), None)
 
     def _count_trainingjob(self, tj: dict, baseline: bool = False) -> None:
         """Created once per object (uid), completed/failed once at the final state, restarts by
@@ -172,13 +176,12 @@ class Store:
         ns = meta.get("namespace") or ""
         restarts = int(status.get("restartCount") or 0)
         state = status.get("state")
-        seen = self._tj_seen.get((ns, str(meta.get("uid"))))
+        seen = self._tj_seen.get((ns, _uid(tj)))
         if seen is None and baseline:
-            self._tj_seen[(ns, str(meta.get("uid")))] = {"final": state in ("Completed", "Failed"),
-                                                         "restarts": restarts}
+            self._tj_seen[(ns, _uid(tj))] = {"final": state in ("Completed", "Failed"), "restarts": restarts}
             return
         if seen is None:
-            seen = self._tj_seen[(ns, str(meta.get("uid")))] = {"final": False, "restarts": 0}
+            seen = self._tj_seen[(ns, _uid(tj))] = {"final": False, "restarts": 0}
             self.tj_created[(ns,)] = self.tj_created.get((ns,), 0) + 1
         if restarts > seen["restarts"]:
             self.tj_restarts[(ns,)] = self.tj_restarts.get((ns,), 0) + restarts - seen["restarts"]
