@@ -2,9 +2,12 @@
 
     torchdev-exporter [--kubeconfig PATH] [--port 8686] [--address 0.0.0.0]
 
-Reads the cluster through watches (list, then watch from its resourceVersion; a broken or
-expired watch relists): DevServers in every namespace and the DevServerFlavors.  No polling
-loop: a scrape computes the series from what the watches delivered.  Runs as the second
+Reads the cluster through watches: DevServers and TrainingJobs in every namespace and the
+DevServerFlavors, each listed once, then watched from the list's resourceVersion; a watch
+that ends (the server's timeout) is resumed from the last resourceVersion it delivered, and
+only 410 Gone or an error relists, replacing what the exporter holds (an object deleted
+while the watch was down disappears).  No polling loop: a scrape computes the series from
+what the watches delivered.  Runs as the second
 container of the operator Deployment (config/manager) and beside the local runtime in
 `make run` / `make demo`.
 """
@@ -15,10 +18,11 @@ import logging
 import threading
 import time
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_GROUP, VERSION
 from torchdev_exporter.metrics import Store, collect
 
 log = logging.getLogger("torchdev_exporter")
-GROUP, VERSION = "torchdev.io", "v1alpha1"
+WATCH_TIMEOUT = 300  # seconds a watch request lasts before it is resumed (not relisted)
 
 
 class Collector:
@@ -29,21 +33,25 @@ class Collector:
         return collect(self.store)
 
 
-def watch_forever(list_fn, apply, delete, stop: threading.Event, what: str) -> None:
-    """List, then watch from the list's resourceVersion; relist after an error or 410 Gone."""
+def watch_forever(list_fn, replace, apply, delete, stop: threading.Event, what: str,
+                  timeout_seconds: int = WATCH_TIMEOUT) -> None:
+    """List (``replace`` with the items), then watch from the list's resourceVersion.  A watch
+    request that ends is resumed from the last resourceVersion it delivered (events and
+    bookmarks); 410 Gone (that version was compacted away) relists at once, any other error
+    after a backoff."""
     from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
 
-    backoff = 1.0
+    backoff, rv = 1.0, None
     while not stop.is_set():
         try:
-            listed = list_fn()
-            items = listed.get("items") or []
-            for obj in items:
-                apply(obj)
-            rv = (listed.get("metadata") or {}).get("resourceVersion")
-            backoff = 1.0
+            if rv is None:
+                listed = list_fn()
+                replace(listed.get("items") or [])
+                rv = (listed.get("metadata") or {}).get("resourceVersion") or "0"
             w = watch.Watch()
-            for event in w.stream(list_fn, resource_version=rv, timeout_seconds=300, allow_watch_bookmarks=True):
+            for event in w.stream(list_fn, resource_version=rv, timeout_seconds=timeout_seconds,
+                                  allow_watch_bookmarks=True):
                 if stop.is_set():
                     w.stop()
                     return
@@ -52,7 +60,13 @@ def watch_forever(list_fn, apply, delete, stop: threading.Event, what: str) -> N
                     apply(obj)
                 elif kind == "DELETED":
                     delete(obj)
+                rv = w.resource_version or rv  # BOOKMARK events move it too
+            backoff = 1.0
         except Exception as exc:  # noqa: BLE001 - the watch must outlive API errors
+            rv = None
+            if isinstance(exc, ApiException) and exc.status == 410:
+                log.info("%s watch: its resourceVersion is gone (410); relisting", what)
+                continue
             log.warning("%s watch: %s; relisting in %.0fs", what, exc, backoff)
             stop.wait(backoff)
             backoff = min(backoff * 2, 60.0)
@@ -80,20 +94,17 @@ class Exporter:
             api = client.ApiClient()
         custom = client.CustomObjectsApi(api)
 
-        def devservers(**kw):
-            return custom.list_cluster_custom_object(GROUP, VERSION, "devservers", **kw)
+        def lister(plural):
+            def list_fn(**kw):
+                return custom.list_cluster_custom_object(API_GROUP, VERSION, plural, **kw)
+            return list_fn
 
-        def flavors(**kw):
-            return custom.list_cluster_custom_object(GROUP, VERSION, "devserverflavors", **kw)
-
-        def trainingjobs(**kw):
-            return custom.list_cluster_custom_object(GROUP, VERSION, "trainingjobs", **kw)
-
-        for fn, apply, delete, what in ((flavors, self.store.apply_flavor, self.store.delete_flavor, "flavors"),
-                                        (devservers, self.store.apply, self.store.delete, "devservers"),
-                                        (trainingjobs, self.store.apply_trainingjob, self.store.delete_trainingjob,
-                                         "trainingjobs")):
-            t = threading.Thread(target=watch_forever, args=(fn, apply, delete, self.stop, what),
+        store = self.store
+        for what, replace, apply, delete in (
+                ("devserverflavors", store.replace_flavors, store.apply_flavor, store.delete_flavor),
+                ("devservers", store.replace, store.apply, store.delete),
+                ("trainingjobs", store.replace_trainingjobs, store.apply_trainingjob, store.delete_trainingjob)):
+            t = threading.Thread(target=watch_forever, args=(lister(what), replace, apply, delete, self.stop, what),
                                  name=f"watch-{what}", daemon=True)
             t.start()
             self.threads.append(t)
@@ -102,6 +113,11 @@ class Exporter:
         self.server, _thread = start_http_server(port, addr=address, registry=registry)
         self.port = self.server.server_address[1]
         return self
+
+    def synced(self) -> bool:
+        """Whether every kind has been listed once (the counters' baseline is taken)."""
+        with self.store.lock:
+            return {"flavors", "devservers", "trainingjobs"} <= self.store.listed
 
     def close(self) -> None:
         self.stop.set()

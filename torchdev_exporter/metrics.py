@@ -5,6 +5,14 @@ metric families at scrape time (``collect``); it also counts, from the changes i
 the reservations started and ended by reason, the seconds of GPU time and the dollars spent,
 and observes the time to Ready.  Labels are bounded sets: user (the owner), namespace,
 flavor, phase, reason; never a pod name or a time.
+
+The counters count what happened while the exporter watched.  The first list of a kind
+(``replace_*`` on an empty store) is the baseline: a reservation that had started or ended,
+a start that had completed, a TrainingJob that existed before it are remembered, not
+counted, so a restarted exporter does not count them again (its counters restart at zero,
+as any Prometheus counter does on a restart; ``increase()`` and ``rate()`` handle that).  A
+later list (a relist after 410 Gone or an error) replaces the store: what changed while the
+watch was down is counted once, and an object that disappeared is deleted.
 """
 from __future__ import annotations
 
@@ -24,6 +32,10 @@ TIME_TO_READY_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, flo
 def _key(obj: dict) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
+
+
+def _uid(obj: dict) -> str:
+    return str((obj.get("metadata") or {}).get("uid"))
 
 
 def _price(flavor: dict | None) -> float:
@@ -79,9 +91,9 @@ class Store:
         self.ready_sum: dict[str, float] = {}
         self.phase_hist: dict[tuple[str, str], list[int]] = {}  # (flavor, startup phase) -> bucket counts
         self.phase_sum: dict[tuple[str, str], float] = {}
-        self._startups_seen: set[tuple[str, str, str]] = set()
-        self._seen_starts: set[tuple[str, str, str]] = set()
-        self._seen_ends: set[tuple[str, str, str]] = set()
+        # per DevServer, the events already counted: ("ready", readyAt), ("start" | "end", startedAt)
+        self._marks: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self.listed: set[str] = set()                         # kinds listed once (the baseline taken)
         self._running_since: dict[tuple[str, str], float] = {}
         self.reconciles: dict[tuple[str, str], float] = {}    # (kind, result) from the runtime, if any
         # TrainingJobs: the live ones, and counters from their changes
@@ -91,6 +103,37 @@ class Store:
         self.tj_failed: dict[tuple[str, str], float] = {}       # (namespace, reason)
         self.tj_restarts: dict[tuple[str], float] = {}          # (namespace,)
         self._tj_seen: dict[tuple[str, str], dict] = {}         # uid-keyed: created, final, restarts counted
+
+    # -- lists (the baseline, then a relist's replacement) --------------------------------------
+    def replace_flavors(self, flavors: list[dict]) -> None:
+        with self.lock:
+            self.flavors = {(f.get("metadata") or {}).get("name"): f for f in flavors}
+            self.listed.add("flavors")
+
+    def replace(self, devservers: list[dict]) -> None:
+        """The DevServers as listed: the baseline at first, else what changed since is counted."""
+        with self.lock:
+            self._replace("devservers", self.devservers, devservers,
+                          gone=lambda key, old: self._account(key, None, previous=old),
+                          seen=lambda key, ds, baseline: self._account(key, ds, baseline=baseline))
+
+    def replace_trainingjobs(self, jobs: list[dict]) -> None:
+        with self.lock:
+            self._replace("trainingjobs", self.trainingjobs, jobs,
+                          gone=lambda key, old: self._tj_seen.pop((key[0], _uid(old)), None),
+                          seen=lambda key, tj, baseline: self._count_trainingjob(tj, baseline=baseline))
+
+    def _replace(self, kind: str, held: dict, items: list[dict], gone, seen) -> None:
+        """``held`` becomes ``items``: ``gone(key, old)`` for each object no longer listed,
+        ``seen(key, obj, baseline)`` for each listed one, before it is stored."""
+        baseline = kind not in self.listed
+        listed = {_key(obj): obj for obj in items}
+        for key in [k for k in held if k not in listed]:
+            gone(key, held.pop(key))
+        for key, obj in listed.items():
+            seen(key, obj, baseline)
+            held[key] = obj
+        self.listed.add(kind)
 
     # -- events ------------------------------------------------------------------------------
     def apply_flavor(self, flavor: dict) -> None:
@@ -123,22 +166,26 @@ class Store:
         with self.lock:
             key = _key(tj)
             self.trainingjobs.pop(key, None)
-            self._tj_seen.pop((key[0], str((tj.get("metadata") or {}).get("uid"))), None)
+            self._tj_seen.pop((key[0], _uid(tj)), None)
 
-    def _count_trainingjob(self, tj: dict) -> None:
+    def _count_trainingjob(self, tj: dict, baseline: bool = False) -> None:
         """Created once per object (uid), completed/failed once at the final state, restarts by
-        the increase of status.restartCount."""
+        the increase of status.restartCount.  ``baseline``: the job as the first list found it,
+        remembered (created, its restarts, a final state) without counting."""
         meta, status = tj.get("metadata") or {}, tj.get("status") or {}
         ns = meta.get("namespace") or ""
-        seen = self._tj_seen.get((ns, str(meta.get("uid"))))
-        if seen is None:
-            seen = self._tj_seen[(ns, str(meta.get("uid")))] = {"final": False, "restarts": 0}
-            self.tj_created[(ns,)] = self.tj_created.get((ns,), 0) + 1
         restarts = int(status.get("restartCount") or 0)
+        state = status.get("state")
+        seen = self._tj_seen.get((ns, _uid(tj)))
+        if seen is None and baseline:
+            self._tj_seen[(ns, _uid(tj))] = {"final": state in ("Completed", "Failed"), "restarts": restarts}
+            return
+        if seen is None:
+            seen = self._tj_seen[(ns, _uid(tj))] = {"final": False, "restarts": 0}
+            self.tj_created[(ns,)] = self.tj_created.get((ns,), 0) + 1
         if restarts > seen["restarts"]:
             self.tj_restarts[(ns,)] = self.tj_restarts.get((ns,), 0) + restarts - seen["restarts"]
             seen["restarts"] = restarts
-        state = status.get("state")
         if state in ("Completed", "Failed") and not seen["final"]:
             seen["final"] = True
             if state == "Completed":
@@ -179,7 +226,16 @@ class Store:
         spec = ds.get("spec") or {}
         return spec.get("owner") or "", spec.get("flavor") or ""
 
-    def _account(self, key, ds, previous=None) -> None:
+    def _first(self, key, mark: tuple[str, str], baseline: bool) -> bool:
+        """Whether ``mark`` of the server ``key`` is new and to be counted (remembered either way;
+        not counted when it is part of the baseline)."""
+        marks = self._marks.setdefault(key, set())
+        if mark in marks:
+            return False
+        marks.add(mark)
+        return not baseline
+
+    def _account(self, key, ds, previous=None, baseline: bool = False) -> None:
         now = self.clock()
         previous = previous if previous is not None else self.devservers.get(key)
         src = ds or previous or {}
@@ -189,35 +245,28 @@ class Store:
         if ds is not None and status.get("phase") == "Running":
             self._running_since[key] = now
         startup = status.get("startup") or {}
-        if ds is not None and startup.get("complete"):
-            mark = (key[0], key[1], str(startup.get("readyAt")))
-            if mark not in self._startups_seen:  # each start once: its total and each phase
-                self._startups_seen.add(mark)
-                self._observe(self.ready_hist, self.ready_sum, flavor_name, float(startup.get("totalSeconds") or 0))
-                for phase_name in STARTUP_PHASES:
-                    seconds = (startup.get("phases") or {}).get(phase_name)
-                    if seconds is not None:
-                        self._observe(self.phase_hist, self.phase_sum, (flavor_name, phase_name), float(seconds))
+        # each complete start once: its total and each phase
+        if ds is not None and startup.get("complete") and self._first(key, ("ready", str(startup.get("readyAt"))),
+                                                                          baseline):
+            self._observe(self.ready_hist, self.ready_sum, flavor_name, float(startup.get("totalSeconds") or 0))
+            for phase_name in STARTUP_PHASES:
+                seconds = (startup.get("phases") or {}).get(phase_name)
+                if seconds is not None:
+                    self._observe(self.phase_hist, self.phase_sum, (flavor_name, phase_name), float(seconds))
         res = status.get("reservation") or {}
         if ds is not None and res.get("startedAt"):
-            mark = (key[0], key[1], res["startedAt"])
-            if mark not in self._seen_starts:
-                self._seen_starts.add(mark)
+            if self._first(key, ("start", res["startedAt"]), baseline):
                 self.started[(user, flavor_name)] = self.started.get((user, flavor_name), 0) + 1
-            if res.get("endReason"):
-                end = (key[0], key[1], res["startedAt"])
-                if end not in self._seen_ends:
-                    self._seen_ends.add(end)
-                    lk = (user, flavor_name, res["endReason"])
-                    self.ended[lk] = self.ended.get(lk, 0) + 1
+            if res.get("endReason") and self._first(key, ("end", res["startedAt"]), baseline):
+                lk = (user, flavor_name, res["endReason"])
+                self.ended[lk] = self.ended.get(lk, 0) + 1
         if ds is None:  # deleted: a running reservation ends with it
             res = ((previous or {}).get("status") or {}).get("reservation") or {}
-            if res.get("startedAt") and not res.get("endReason"):
-                end = (key[0], key[1], res["startedAt"])
-                if end not in self._seen_ends:
-                    self._seen_ends.add(end)
-                    lk = (user, flavor_name, "Deleted")
-                    self.ended[lk] = self.ended.get(lk, 0) + 1
+            if res.get("startedAt") and not res.get("endReason") and self._first(key, ("end", res["startedAt"]),
+                                                                                 baseline):
+                lk = (user, flavor_name, "Deleted")
+                self.ended[lk] = self.ended.get(lk, 0) + 1
+            self._marks.pop(key, None)
 
     def _accrue(self, key, previous, now) -> None:
         """GPU time and cost accrue while the server runs (from the last change to now)."""
@@ -254,8 +303,8 @@ class Store:
     # -- gauges at scrape time -------------------------------------------------------------------
     def gauges(self) -> dict[str, dict[tuple, float]]:
         out: dict[str, dict[tuple, float]] = {name: {} for name in (
-            "servers", "gpus_requested", "gpus_running", "idle_gpus", "queue_length", "queue_wait",
-            "cost_rate")}
+            "servers", "gpus_requested", "gpus_running", "idle_gpus", "idle_servers", "queue_length",
+            "queue_wait", "cost_rate")}
         now = self.clock()
         with self.lock:
             for ds in self.devservers.values():
@@ -277,6 +326,7 @@ class Store:
                     out["cost_rate"][uk] = out["cost_rate"].get(uk, 0.0) + replicas * _price(flavor)
                     if status.get("idle") and gpus:
                         out["idle_gpus"][uk] = out["idle_gpus"].get(uk, 0) + replicas * gpus
+                        out["idle_servers"][uk] = out["idle_servers"].get(uk, 0) + 1
                 if phase == "Queued":
                     fk = (flavor_name,)
                     out["queue_length"][fk] = out["queue_length"].get(fk, 0) + 1
@@ -307,6 +357,8 @@ def collect(store: Store) -> Iterable:
                 ["user", "flavor"], g["gpus_running"])
     yield gauge("torchdev_gpus_idle", "GPUs of Running DevServers whose lifecycle agents report idle.",
                 ["user", "flavor"], g["idle_gpus"])
+    yield gauge("torchdev_devservers_idle_with_gpus", "Running DevServers of a GPU flavor whose lifecycle agents "
+                "report idle.", ["user", "flavor"], g["idle_servers"])
     yield gauge("torchdev_queue_length", "DevServers waiting for Kueue admission, per flavor.", ["flavor"],
                 g["queue_length"])
     yield gauge("torchdev_queue_wait_seconds", "The longest wait of a queued DevServer, per flavor.", ["flavor"],

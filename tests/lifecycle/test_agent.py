@@ -160,6 +160,74 @@ def test_once_prints_the_measurement(tmp_path, api):
     assert api[1] == []  # --once reports nothing
 
 
+COMMIT = "0f8e4f5c6d7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c"
+
+
+def fake_server(home, relative):
+    """An IDE's server binary at ``home/relative``: a link to sleep, so its process's command
+    line is that path (as /proc shows a VS Code server's node) and it uses no CPU."""
+    path = home / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(_which("sleep"))
+    return path
+
+
+@pytest.mark.parametrize("relative,ide", [
+    # VS Code Remote-SSH: the server's node under ~/.vscode-server (older and newer layouts)
+    (f".vscode-server/bin/{COMMIT}/node", True),
+    (f".vscode-server/cli/servers/Stable-{COMMIT}/server/node", True),
+    ("opt/openvscode-server/node", True),
+    (f".cursor-server/bin/{COMMIT}/node", True),
+    ("opt/code-server/lib/node", True),
+    (".cache/JetBrains/RemoteDev/dist/pycharm/bin/remote-dev-server.sh", True),
+    # a user's own idle service is not an IDE (nor busy): idle
+    ("bin/api-gateway", False),
+    ("bin/node", False),
+])
+def test_an_ide_server_process_counts_as_a_session(tmp_path, api, relative, ide):
+    env = agent_env(tmp_path, api)
+    server = subprocess.Popen([str(fake_server(Path(env["HOME"]), relative)), "600"])
+    try:
+        env["TORCHDEV_AGENT_SCOPE_PIDS"] = str(server.pid)
+        out = subprocess.run([sys.executable, str(AGENT), "--once"], env=env, capture_output=True, text=True,
+                             timeout=60)
+        data = json.loads(out.stdout)
+    finally:
+        server.kill()
+        server.wait()
+    if ide:
+        assert (data["state"], data["reasons"], data["details"].get("ide")) == ("active", ["ide"], 1), data
+    else:
+        assert (data["state"], data["reasons"]) == ("idle", []), data
+
+
+def test_a_vs_code_server_keeps_the_server_active_until_it_exits(tmp_path, api):
+    """Reported as the agent reports: idle, then active with reason ide while a VS Code server's
+    node runs (a sleeping process: no CPU, no SSH session), idle again when it exits."""
+    env = agent_env(tmp_path, api)
+    node = fake_server(Path(env["HOME"]), f".vscode-server/bin/{COMMIT}/node")
+    go = tmp_path / "go"
+    # The agent's scope: this shell, which becomes the server's node (same pid) when `go` appears
+    # (the path comes through the environment: the shell's own command line must not name it).
+    launcher = subprocess.Popen(["/bin/sh", "-c", 'while [ ! -e %s ]; do sleep 0.2; done; exec "$NODE" 600' % go],
+                                env=dict(os.environ, NODE=str(node)))
+    env["TORCHDEV_AGENT_SCOPE_PIDS"] = str(launcher.pid)
+    proc = start_agent(env)
+    try:
+        wait(lambda: len(api[1]) >= 1, what="the first report")
+        assert states(api[1])[0]["state"] == "idle"
+        go.touch()
+        wait(lambda: len(api[1]) >= 2, what="active (the VS Code server)")
+        assert states(api[1])[1]["state"] == "active" and states(api[1])[1]["reasons"] == ["ide"]
+        launcher.kill()
+        launcher.wait()
+        wait(lambda: len(api[1]) >= 3, what="idle after the server exited")
+        assert [s["state"] for s in states(api[1])] == ["idle", "active", "idle"]
+    finally:
+        launcher.kill()
+        stop(proc)
+
+
 def test_warnings_reach_terminals_the_home_file_and_the_banner_and_rearm(tmp_path, api):
     master, slave = os.openpty()  # a terminal of this user, as an SSH session's pts
     received = []

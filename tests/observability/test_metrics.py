@@ -120,3 +120,93 @@ def test_a_deleted_job_leaves_no_live_series():
     got = samples(store)
     assert not [k for k in got if k[0] in ("torchdev_trainingjob_progress_percent", "torchdev_trainingjobs")]
     assert got[("torchdev_trainingjob_created_total", (("namespace", "ml"),))] == 1  # counters stay
+
+
+def reserved(name, started, end_reason=None, **status):
+    obj = server(name)
+    obj["status"]["reservation"] = {"startedAt": started, **({"endReason": end_reason} if end_reason else {})}
+    obj["status"].update(status)
+    return obj
+
+
+RES = (("flavor", "gpu-2"), ("user", "jane@example.com"))
+
+
+def ended_labels(reason):
+    return (("flavor", "gpu-2"), ("reason", reason), ("user", "jane@example.com"))
+
+
+@pytest.mark.parametrize("name,first_list,then,expected", [
+    ("the first list is the baseline: nothing in it is counted",
+     [reserved("a", "2026-01-01T00:00:00Z"), reserved("b", "2026-01-01T00:00:00Z", "Cancelled")], [],
+     {}),
+    ("what changes after it is counted once",
+     [reserved("a", "2026-01-01T00:00:00Z")],
+     [("apply", reserved("a", "2026-01-01T00:00:00Z", "Stopped")),
+      ("apply", reserved("a", "2026-01-01T00:00:00Z", "Stopped")),
+      ("apply", reserved("b", "2026-01-02T00:00:00Z"))],
+     {("torchdev_reservations_ended_total", ended_labels("Stopped")): 1,
+      ("torchdev_reservations_started_total", RES): 1}),
+    ("a relist counts what changed while the watch was down and ends the vanished",
+     [reserved("a", "2026-01-01T00:00:00Z"), reserved("gone", "2026-01-01T00:00:00Z")],
+     [("replace", [reserved("a", "2026-01-01T00:00:00Z", "Expired"), reserved("new", "2026-01-03T00:00:00Z")])],
+     {("torchdev_reservations_ended_total", ended_labels("Expired")): 1,
+      ("torchdev_reservations_ended_total", ended_labels("Deleted")): 1,
+      ("torchdev_reservations_started_total", RES): 1}),
+    ("a relist of the same objects counts nothing",
+     [reserved("a", "2026-01-01T00:00:00Z", startup=FIRST)],
+     [("replace", [reserved("a", "2026-01-01T00:00:00Z", startup=FIRST)])],
+     {}),
+])
+def test_counters_count_what_happens_after_the_first_list(name, first_list, then, expected):
+    store = Store(clock=lambda: 0.0)
+    store.replace_flavors([FLAVOR])
+    store.replace(first_list)
+    for verb, arg in then:
+        getattr(store, verb)(arg)
+    got = {k: v for k, v in samples(store).items()
+           if k[0].startswith("torchdev_reservations_") or k[0].startswith("torchdev_time_to_ready_seconds_count")}
+    assert got == expected, name
+
+
+def test_vanished_servers_leave_the_store_and_their_marks():
+    store = Store(clock=lambda: 0.0)
+    store.replace([reserved("a", "2026-01-01T00:00:00Z"), reserved("b", "2026-01-01T00:00:00Z")])
+    store.replace([reserved("b", "2026-01-01T00:00:00Z")])
+    assert list(store.devservers) == [("dev-jane", "b")]
+    assert list(store._marks) == [("dev-jane", "b")]  # memory stays bounded by the live servers
+    got = samples(store)
+    assert [k for k in got if k[0] == "torchdev_devservers"] == [
+        ("torchdev_devservers", (("flavor", "gpu-2"), ("phase", "Running")))]
+
+
+def test_trainingjobs_of_the_first_list_are_the_baseline():
+    store = Store(clock=lambda: 0.0)
+    store.replace_trainingjobs([job("bert", "Failed", reason="BackoffLimitExceeded", restarts=2),
+                                job("gpt", "Running", uid="u2", restarts=1)])
+    assert not [k for k in samples(store) if k[0].endswith("_total") and "trainingjob" in k[0]]
+    store.apply_trainingjob(job("gpt", "Completed", uid="u2", restarts=2, reason="TargetAccuracyReached"))
+    store.apply_trainingjob(job("t5", "Pending", uid="u3"))
+    got = {k: v for k, v in samples(store).items() if k[0].endswith("_total") and "trainingjob" in k[0]}
+    assert got == {("torchdev_trainingjob_created_total", (("namespace", "ml"),)): 1,
+                   ("torchdev_trainingjob_restarts_total", (("namespace", "ml"),)): 1,
+                   ("torchdev_trainingjob_completed_total", (("namespace", "ml"), ("result", "TargetAccuracyReached"))): 1}
+    store.replace_trainingjobs([job("t5", "Pending", uid="u3")])  # a relist: bert and gpt went
+    assert sorted(store.trainingjobs) == [("ml", "t5")] and sorted(store._tj_seen) == [("ml", "u3")]
+
+
+def test_idle_servers_with_gpus_are_counted_by_user_and_flavor():
+    cpu = {"metadata": {"name": "cpu"}, "spec": {"pricePerHour": 1.0}}
+    store = Store(clock=lambda: 0.0)
+    store.replace_flavors([FLAVOR, cpu])
+    idle = {"since": "2026-01-01T00:00:00Z"}
+    servers = [server("a"), server("b"), server("c"), server("d", phase="Stopped"), server("e")]
+    for obj in servers[1:4]:
+        obj["status"]["idle"] = idle
+    servers[4]["spec"]["flavor"] = "cpu"
+    servers[4]["status"]["idle"] = idle
+    store.replace(servers)
+    got = samples(store)
+    assert {k: v for k, v in got.items() if k[0] == "torchdev_devservers_idle_with_gpus"} == {
+        ("torchdev_devservers_idle_with_gpus", RES): 2}
+    assert got[("torchdev_gpus_idle", RES)] == 4

@@ -61,6 +61,14 @@ def test_promtool_checks_the_rules(rules_file):
     assert "SUCCESS: 11 rules found" in out.stdout
 
 
+def idle_job_alert(job, gpus):
+    return {"exp_labels": {"severity": "warning", "namespace": "ml", "training_job": job},
+            "exp_annotations": {
+                "summary": f"TrainingJob ml/{job} holds {gpus} GPU(s) without progress",
+                "description": "No progress change, or none reported, for 45 minutes: a hung rank, a stuck data "
+                               "loader or code that does not report progress."}}
+
+
 def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
     tests = {
         "rule_files": [str(rules_file)],
@@ -73,6 +81,9 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                 {"series": 'torchdev_devservers{flavor="f",phase="Failed"}', "values": "1x10"},
                 {"series": 'torchdev_queue_wait_seconds{flavor="f"}', "values": "3000+60x20"},
                 {"series": 'torchdev_gpus_idle{user="a@x.io",flavor="f"}', "values": "1x180"},
+                # ansible-operator's (and the local runtime's) reconcile errors: one a minute
+                {"series": 'controller_runtime_reconcile_errors_total{controller="devserver-controller"}',
+                 "values": "0x5 0+1x60"},
                 {"series": 'torchdev_trainingjob_failed_total{namespace="ml",reason="BackoffLimitExceeded"}',
                  "values": "0x5 1x30"},
                 {"series": 'torchdev_trainingjob_allocated_gpus{namespace="ml",training_job="stuck"}', "values": "4x90"},
@@ -81,6 +92,11 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                 {"series": 'torchdev_trainingjob_allocated_gpus{namespace="ml",training_job="moving"}', "values": "4x90"},
                 {"series": 'torchdev_trainingjob_progress_percent{namespace="ml",training_job="moving"}',
                  "values": "0+1x90"},
+                # issue 14.5: holds GPUs and never reports progress (no progress series at all)
+                {"series": 'torchdev_trainingjob_allocated_gpus{namespace="ml",training_job="silent"}', "values": "2x90"},
+                # the same, but started 20 minutes before the evaluation at 80m: too young to tell
+                {"series": 'torchdev_trainingjob_allocated_gpus{namespace="ml",training_job="young"}',
+                 "values": "_x60 2x30"},
             ],
             "promql_expr_test": [
                 {"expr": "user:torchdev_cost_dollars:sum", "eval_time": "60m",
@@ -106,6 +122,13 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                     "exp_annotations": {"summary": "a@x.io holds 1 idle f GPU(s) for 2h",
                                         "description": "Their lifecycle agents report no session, process or GPU "
                                                        "activity; autoShutdown may be off."}}]},
+                {"eval_time": "15m", "alertname": "TorchdevReconcileErrors", "exp_alerts": []},
+                {"eval_time": "30m", "alertname": "TorchdevReconcileErrors", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "controller": "devserver-controller"},
+                    "exp_annotations": {
+                        "summary": "The torchdev operator fails reconciles of devserver-controller",
+                        "description": "Reconcile errors for 15 minutes; see the operator's logs and the objects' "
+                                       "Degraded conditions."}}]},
                 {"eval_time": "8m", "alertname": "TorchdevTrainingJobFailed", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "namespace": "ml", "reason": "BackoffLimitExceeded"},
                     "exp_annotations": {
@@ -113,13 +136,15 @@ def test_promtool_unit_tests_the_rules(rules_file, tmp_path):
                         "description": "`devctl train list -n ml` shows which; `devctl train get NAME` the reason "
                                        "and Events."}}]},
                 {"eval_time": "4m", "alertname": "TorchdevTrainingJobFailed", "exp_alerts": []},
-                {"eval_time": "50m", "alertname": "TorchdevTrainingJobGPUsIdle", "exp_alerts": []},
-                {"eval_time": "60m", "alertname": "TorchdevTrainingJobGPUsIdle", "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "namespace": "ml", "training_job": "stuck"},
-                    "exp_annotations": {
-                        "summary": "TrainingJob ml/stuck holds 4 GPU(s) without progress",
-                        "description": "Its progress has not changed for 45 minutes: a hung rank, a stuck data loader "
-                                       "or a job that stopped reporting."}}]},
+                # silent: GPUs for 30m and no progress, pending 15m more: firing from 45m, not at 40m
+                {"eval_time": "40m", "alertname": "TorchdevTrainingJobGPUsIdle", "exp_alerts": []},
+                {"eval_time": "50m", "alertname": "TorchdevTrainingJobGPUsIdle",
+                 "exp_alerts": [idle_job_alert("silent", 2)]},
+                # stuck: progress stopped at 10m, so from 40m on it has not moved for 30m: firing at 55m
+                {"eval_time": "60m", "alertname": "TorchdevTrainingJobGPUsIdle",
+                 "exp_alerts": [idle_job_alert("silent", 2), idle_job_alert("stuck", 4)]},
+                {"eval_time": "80m", "alertname": "TorchdevTrainingJobGPUsIdle",
+                 "exp_alerts": [idle_job_alert("silent", 2), idle_job_alert("stuck", 4)]},
             ],
         }],
     }
