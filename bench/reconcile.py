@@ -28,10 +28,10 @@ import time
 
 import yaml
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_GROUP as GROUP, API_VERSION, VERSION
 from kubesim.testing import KubeSim
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-GROUP, VERSION = "torchdev.io", "v1alpha1"
 # Room for 64 cpu-small servers (2 cpu / 8Gi each).
 NODES = ("cpu:8x{cpu:16,memory:64Gi,ephemeral-storage:400Gi,"
          "labels:{torchdev.io/node-pool:cpu,node.kubernetes.io/instance-type:m6i.4xlarge}}")
@@ -57,7 +57,7 @@ def _setup(sim: KubeSim, namespace: str):
 
 
 def _devserver(name: str) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer", "metadata": {"name": name},
+    return {"apiVersion": API_VERSION, "kind": "DevServer", "metadata": {"name": name},
             "spec": {"owner": "bench@example.com", "flavor": "cpu-small", "sshPublicKeys": [KEY]}}
 
 
