@@ -133,3 +133,10 @@ def test_roles_that_know_their_watch_period_agree_with_watches_yaml():
     defaults = yaml.safe_load((ROOT / "roles" / "devuser" / "defaults" / "main.yml").read_text())
     assert defaults["devuser_reconcile_period"] == periods["DevUser"]
     assert "UsageRecord" not in periods  # records are pruned by their DevUser, not watched
+
+
+def test_every_module_utils_module_has_its_table_driven_tests():
+    """docs/architecture.md: each module has tests/module_utils/test_<module>.py."""
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "module_utils").glob("*.py") if p.stem != "__init__")
+    missing = [m for m in modules if not (ROOT / "tests" / "module_utils" / f"test_{m}.py").is_file()]
+    assert modules and not missing, missing
