@@ -70,7 +70,7 @@ def _ready(obj: dict) -> bool:
 
 def bench_single(runs: int) -> float:
     from torchdev_runtime.runner import AnsibleRunner
-    from torchdev_runtime.runtime import Runtime
+    from torchdev_runtime.runtime import Runtime, collections_environ
     from torchdev_runtime.watches import load_watches
 
     ns = "bench-single"
@@ -85,10 +85,11 @@ def bench_single(runs: int) -> float:
             rt.wait_idle(60)
         finally:
             rt.stop()
-        watches = load_watches(str(ROOT / "watches.yaml"))
+        cfg = str(ROOT / "ansible.cfg")
+        # the FQCN roles resolved as the Runtime resolves them (ansible.cfg's collections_path)
+        watches = load_watches(str(ROOT / "watches.yaml"), environ=collections_environ(cfg))
         devserver_watch = next(w for w in watches if w.gvk.kind == "DevServer")
         floor_watch = dataclasses.replace(devserver_watch, role=str(ROOT / "bench" / "roles" / "floor"))
-        cfg = str(ROOT / "ansible.cfg")
         role_runner = AnsibleRunner(devserver_watch, sim.kubeconfig, ansible_config=cfg)
         floor_runner = AnsibleRunner(floor_watch, sim.kubeconfig, ansible_config=cfg)
         obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "one")
