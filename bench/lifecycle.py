@@ -26,10 +26,10 @@ from datetime import datetime, timedelta, timezone
 
 import yaml
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_GROUP as GROUP, API_VERSION, VERSION
 from kubesim.testing import KubeSim
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-GROUP, VERSION = "torchdev.io", "v1alpha1"
 NODES = ("cpu:16x{cpu:16,memory:64Gi,ephemeral-storage:400Gi,"
          "labels:{torchdev.io/node-pool:cpu,node.kubernetes.io/instance-type:m6i.4xlarge}}")
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBenchmarkKeyForTorchdevReconcilexxxxxxxxxxxxx bench"
@@ -37,7 +37,7 @@ NS = "bench-lifecycle"
 
 
 def _devserver(name: str, lifecycle: dict) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer", "metadata": {"name": name},
+    return {"apiVersion": API_VERSION, "kind": "DevServer", "metadata": {"name": name},
             "spec": {"owner": "bench@example.com", "flavor": "cpu-small", "sshPublicKeys": [KEY],
                      "lifecycle": lifecycle}}
 

@@ -28,10 +28,10 @@ import time
 
 import yaml
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_GROUP as GROUP, API_VERSION, VERSION
 from kubesim.testing import KubeSim
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-GROUP, VERSION = "torchdev.io", "v1alpha1"
 # Room for 64 cpu-small servers (2 cpu / 8Gi each).
 NODES = ("cpu:8x{cpu:16,memory:64Gi,ephemeral-storage:400Gi,"
          "labels:{torchdev.io/node-pool:cpu,node.kubernetes.io/instance-type:m6i.4xlarge}}")
@@ -57,7 +57,7 @@ def _setup(sim: KubeSim, namespace: str):
 
 
 def _devserver(name: str) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevServer", "metadata": {"name": name},
+    return {"apiVersion": API_VERSION, "kind": "DevServer", "metadata": {"name": name},
             "spec": {"owner": "bench@example.com", "flavor": "cpu-small", "sshPublicKeys": [KEY]}}
 
 
@@ -70,7 +70,7 @@ def _ready(obj: dict) -> bool:
 
 def bench_single(runs: int) -> float:
     from torchdev_runtime.runner import AnsibleRunner
-    from torchdev_runtime.runtime import Runtime
+    from torchdev_runtime.runtime import Runtime, collections_environ
     from torchdev_runtime.watches import load_watches
 
     ns = "bench-single"
@@ -85,10 +85,11 @@ def bench_single(runs: int) -> float:
             rt.wait_idle(60)
         finally:
             rt.stop()
-        watches = load_watches(str(ROOT / "watches.yaml"))
+        cfg = str(ROOT / "ansible.cfg")
+        # the FQCN roles resolved as the Runtime resolves them (ansible.cfg's collections_path)
+        watches = load_watches(str(ROOT / "watches.yaml"), environ=collections_environ(cfg))
         devserver_watch = next(w for w in watches if w.gvk.kind == "DevServer")
         floor_watch = dataclasses.replace(devserver_watch, role=str(ROOT / "bench" / "roles" / "floor"))
-        cfg = str(ROOT / "ansible.cfg")
         role_runner = AnsibleRunner(devserver_watch, sim.kubeconfig, ansible_config=cfg)
         floor_runner = AnsibleRunner(floor_watch, sim.kubeconfig, ansible_config=cfg)
         obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "one")

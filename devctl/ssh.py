@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 import click
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import SSH_PORT
 
 from .context import kube_options, pass_settings
 from .config import Settings
@@ -24,7 +25,7 @@ from .output import dump_json, info
 from .devserver import desired_replicas
 
 SSH_SERVICE_PORT = 22
-SSH_CONTAINER_PORT = 2222
+SSH_CONTAINER_PORT = SSH_PORT  # sshd in the dev container
 REACH_TIMEOUT = 1.0          # seconds for the reachability probe
 PORT_FORWARD_TIMEOUT = 15.0  # seconds for kubectl port-forward to listen
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import click
-from ansible_collections.torchdev.operator.plugins.module_utils.constants import USER_LABEL
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
+    LOCAL_QUEUE, NAMESPACE_PREFIX, USER_LABEL)
 
 from .config import EMAIL_RE, Settings, user_from_owner
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound
 from .output import output_option, print_object, warn
 
-DEFAULT_QUEUE = "torchdev"
-# the label the DevUser role puts on the namespace dev-<user>
+# the LocalQueue the DevUser role creates in the namespace dev-<user>
+DEFAULT_QUEUE = LOCAL_QUEUE
 
 
 def _email_like(text: str | None) -> bool:
@@ -49,7 +50,7 @@ def find_devuser(api, *, name: str | None = None, emails: Iterable[str | None] =
     if name:
         return api.get_devuser(name), "name"
     emails = {e.lower() for e in emails if _email_like(e)}
-    ns_user = namespace[4:] if namespace and namespace.startswith("dev-") else None
+    ns_user = namespace[len(NAMESPACE_PREFIX):] if namespace and namespace.startswith(NAMESPACE_PREFIX) else None
     forbidden = False
     try:
         items = api.list_devusers()

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_VERSION, LOCAL_QUEUE, VERSION
 from ansible_collections.torchdev.operator.plugins.module_utils.usage import record_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "config" / "samples"
 DEVUSER_CRD = ROOT / "config" / "crd" / "bases" / "torchdev.io_devusers.yaml"
-GROUP, VERSION = "torchdev.io", "v1alpha1"
 NAMESPACE = "dev-jane"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForTorchdevEndToEndxxxxxxxxxxxxx e2e@test"
 
@@ -95,7 +95,7 @@ def devserver_cases() -> dict[str, dict]:
                   "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
     }
     # In a DevUser's namespace the user's shared claim is mounted at /shared by default.
-    jane = {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevUser", "metadata": {"name": "jane"},
+    jane = {"apiVersion": API_VERSION, "kind": "DevUser", "metadata": {"name": "jane"},
             "status": {"sharedVolumeClaimName": "jane-shared-efs"}}
     cases["user_share"] = {"cr": _devserver(standalone, "withshare"), "flavor": cpu, "devuser": jane}
     cases["user_share_opt_out"] = {"cr": _devserver(standalone, "noshare", mountSharedVolume=False), "flavor": cpu,
@@ -104,7 +104,7 @@ def devserver_cases() -> dict[str, dict]:
     # not its pod template) is queued, with the WorkloadPriorityClass that applies.
     cases["kueue_queued"] = {
         "cr": _devserver(standalone, "queued", priorityClassName="torchdev-high"), "flavor": gpu,
-        "kueue": {"served": True, "local_queue": {"metadata": {"name": "torchdev", "namespace": NAMESPACE},
+        "kueue": {"served": True, "local_queue": {"metadata": {"name": LOCAL_QUEUE, "namespace": NAMESPACE},
                                                   "spec": {"clusterQueue": "torchdev-jane"}},
                   "priority_class": {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": True}},
     }
@@ -153,7 +153,7 @@ def usage_cases() -> dict[str, dict]:
     cases["deleted"] = {"cr": deleted, "flavor": gpu}
     # The record exists already (observe.yml read it): nothing to write.
     written = copy.deepcopy(cases["cancelled"])
-    written["observed"] = {"apiVersion": "%s/%s" % (GROUP, VERSION), "kind": "UsageRecord", "metadata": {
+    written["observed"] = {"apiVersion": API_VERSION, "kind": "UsageRecord", "metadata": {
         "name": record_name(written["cr"]["metadata"]["name"], written["reservation"]["startedAt"]),
         "namespace": NAMESPACE}}
     cases["written"] = written
@@ -177,7 +177,7 @@ def devuser(name: str, uid: str | None = None, **spec) -> dict:
     """A DevUser as the runtime hands it to the role: defaulted by the CRD, with uid and generation."""
     body = {"email": f"{name}@example.com", "sshPublicKeys": [KEY]}
     body.update(spec)
-    obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "metadata": {"name": name}, "spec": body}
+    obj = {"apiVersion": API_VERSION, "kind": "DevUser", "metadata": {"name": name}, "spec": body}
     obj = admitted(obj)
     obj["metadata"].update(uid=uid or "00000000-0000-0000-0000-%012d" % zlib.crc32(name.encode()), generation=1)
     return obj
@@ -232,7 +232,7 @@ def trainingjob_cases() -> dict[str, dict]:
     cases["user_claim"] = {"cr": _devserver(cpu, "userclaim", checkpoint={"enabled": True, "storage": {"claimName": "team-ckpt"}})}
     cases["kueue_queued"] = {
         "cr": _devserver(cpu, "queued", scheduling={"priority": "torchdev-high"}),
-        "kueue": {"served": True, "local_queue": {"metadata": {"name": "torchdev", "namespace": NAMESPACE},
+        "kueue": {"served": True, "local_queue": {"metadata": {"name": LOCAL_QUEUE, "namespace": NAMESPACE},
                                                   "spec": {"clusterQueue": "torchdev-jane"}},
                   "priority_class": {"name": "torchdev-high", "source": "spec.scheduling.priority", "exists": True}},
     }

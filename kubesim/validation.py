@@ -44,6 +44,7 @@ from celpy import celtypes
 from referencing import Registry, Resource
 
 from kubesim.errors import ApiError, invalid
+from kubesim.quantity import parse_quantity as _parse_quantity
 
 K8S_VERSION = os.environ.get("KUBESIM_K8S_VERSION", "1.33.0").lstrip("v")
 
@@ -442,32 +443,10 @@ def validate_metadata(obj: dict, namespaced: bool, kind: str, resource: str,
 # Quantities (k8s.io/apimachinery/pkg/api/resource) and the CEL libraries
 # ---------------------------------------------------------------------------------------------
 
-_QTY_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)|"
-                     r"([eE][+-]?\d+))?$")
-_BIN = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
-_DEC = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
 def parse_quantity(s: Any) -> decimal.Decimal:
-    """Parse a Kubernetes quantity ("100m", "1.5Gi", "2e3", 4) into an exact Decimal."""
-    if isinstance(s, bool):
-        raise ValueError(f"quantities must match the regular expression: {s!r}")
-    if isinstance(s, int):
-        return decimal.Decimal(s)
-    if isinstance(s, float):
-        return decimal.Decimal(repr(s))
-    m = _QTY_RE.match(str(s).strip()) if isinstance(s, str) else None
-    if not m:
-        raise ValueError("quantities must match the regular expression "
-                         "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
-    num = decimal.Decimal(m.group(1))
-    if m.group(2) in _BIN:
-        return num * _BIN[m.group(2)]
-    if m.group(2):
-        return num.scaleb(_DEC[m.group(2)])
-    if m.group(3):
-        return num.scaleb(int(m.group(3)[1:]))
-    return num
+    """A Kubernetes quantity ("100m", "1.5Gi", "2e3", "-1", 4) as an exact Decimal: kubesim's one
+    parser (kubesim/quantity.py), signed as CEL's quantity() is."""
+    return _parse_quantity(s, signed=True)
 
 
 @functools.total_ordering

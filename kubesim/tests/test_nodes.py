@@ -139,27 +139,6 @@ def test_ips_unique_across_pools():
     assert len(ips) == 600
 
 
-@pytest.mark.parametrize("text, value", [
-    ("100m", Decimal("0.1")),
-    ("1", Decimal(1)),
-    (2, Decimal(2)),
-    ("1.5", Decimal("1.5")),
-    ("64Gi", Decimal(64 * 2 ** 30)),
-    ("500M", Decimal(500 * 10 ** 6)),
-    ("1k", Decimal(1000)),
-    ("1e3", Decimal(1000)),
-    ("0", Decimal(0)),
-])
-def test_parse_quantity(text, value):
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "abc", "1Qi", "-1", " 1", "1 Gi", None, True, "1ki"])
-def test_parse_quantity_errors(text):
-    with pytest.raises(ValueError):
-        parse_quantity(text)
-
-
 @pytest.mark.parametrize("value, resource, text", [
     (Decimal("0.5"), "cpu", "500m"),
     (Decimal(4), "cpu", "4"),

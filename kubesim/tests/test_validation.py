@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import decimal
 import glob
 import os
 import time
@@ -184,21 +183,7 @@ def test_validate_metadata_from_object():
 
 
 # ------------------------------------------------------------------------ quantities
-
-
-@pytest.mark.parametrize("text,value", [
-    ("1", "1"), ("100m", "0.1"), ("1.5", "1.5"), ("1Ki", "1024"), ("2Gi", str(2 * 2 ** 30)),
-    ("1k", "1000"), ("3M", "3000000"), ("1E", "1e18"), ("1e3", "1000"), ("2.5E-3", "0.0025"),
-    ("-1", "-1"), (".5", "0.5"), (7, "7"),
-])
-def test_parse_quantity(text, value):
-    assert V.parse_quantity(text) == decimal.Decimal(value)
-
-
-@pytest.mark.parametrize("text", ["", "1x", "Gi", "1.2.3", "1 Gi"])
-def test_parse_quantity_invalid(text):
-    with pytest.raises(ValueError):
-        V.parse_quantity(text)
+# (the grammar's table: kubesim/tests/test_quantity.py)
 
 
 # ------------------------------------------------------------------------ CRDs

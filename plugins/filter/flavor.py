@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.torchdev.operator.plugins.module_utils import flavor, kueue
+from ansible_collections.torchdev.operator.plugins.module_utils import flavor, kueue, labels
 from ansible_collections.torchdev.operator.plugins.plugin_utils.filters import filter_map
 
 
@@ -22,6 +22,7 @@ class FilterModule(object):
             "flavor_hash": flavor.flavor_hash,
             "flavor_status": flavor.flavor_status,
             "flavor_users": flavor.flavor_users,
+            "flavor_labels": labels.flavor_labels,
             "flavor_notices": flavor.flavor_notices,
             "resource_flavor_errors": kueue.resource_flavor_errors,
             "kueue_node_taints": kueue.node_taints,

@@ -39,6 +39,10 @@ POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 DESIRED_HASH_ANNOTATION = API_GROUP + "/desired-hash"
 # Hash of the pod-shaping fields of a flavor, set on DevServers to reconcile them.
 FLAVOR_HASH_ANNOTATION = API_GROUP + "/flavor-hash"
+# On a DevServer's pod template: hashes of its container command and of its <name>-scripts
+# ConfigMap (a change rolls the pods).
+CONFIG_HASH_ANNOTATION = API_GROUP + "/config-hash"
+SCRIPTS_HASH_ANNOTATION = API_GROUP + "/scripts-hash"
 # On the namespace dev-<name>, "devuser/<name>": the DevUser created it / adopted it.
 CREATED_BY_ANNOTATION = API_GROUP + "/created-by"
 ADOPTED_BY_ANNOTATION = API_GROUP + "/adopted-by"

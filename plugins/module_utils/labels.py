@@ -66,6 +66,17 @@ def usage_labels(server, owner, flavor):
     return result
 
 
+# --------------------------------------------------------------------------- DevServerFlavor
+def flavor_labels(name):
+    """The labels of the Kueue ResourceFlavor a DevServerFlavor renders (``torchdev.io/flavor``)."""
+    return {
+        LABEL_NAME: "devserverflavor",
+        LABEL_PART_OF: PART_OF,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        FLAVOR_LABEL: str(name),
+    }
+
+
 # --------------------------------------------------------------------------- DevUser
 def devuser_labels(name, email, component):
     """The labels of the objects a DevUser renders (``torchdev.io/user`` selects them)."""

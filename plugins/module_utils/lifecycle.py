@@ -15,13 +15,14 @@ __metaclass__ = type
 
 import datetime
 import json
-import re
 
 from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     STOPPED_AT_ANNOTATION, STOPPED_BY_ANNOTATION, STOP_REASONS)
+# (durations.py parses and formats durations; devctl and the tests import them from here too)
+from ansible_collections.torchdev.operator.plugins.module_utils.durations import (
+    format_duration, parse_duration)
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 # The operator's defaults (roles/devserver/defaults/main.yml passes the settings).
@@ -32,29 +33,6 @@ DEFAULT_SETTINGS = {
     "gpu_util_threshold": 10,      # percent: a GPU busier than this keeps the server active
     "cpu_busy_threshold": 10,      # percent of one core: a user process busier than this does
 }
-
-
-def parse_duration(value):
-    """Seconds of a duration such as "4h", "1h30m", "90s" or a number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError("not a duration: %r" % (value,))
-    if isinstance(value, (int, float)):
-        return int(value)
-    text = str(value or "").strip()
-    match = _DURATION.match(text)
-    if not text or not match:
-        raise ValueError("%r is not a duration such as 4h, 1h30m or 90s" % (value,))
-    hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
-
-
-def format_duration(seconds):
-    """"1h30m" for 5400; "0s" for 0; negative durations are 0s."""
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = ("%dh" % hours if hours else "") + ("%dm" % minutes if minutes else "") + ("%ds" % secs if secs else "")
-    return text or "0s"
 
 
 def parse_time(value):

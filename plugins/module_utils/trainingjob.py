@@ -31,7 +31,7 @@ import json
 
 from ansible_collections.torchdev.operator.plugins.module_utils import rendezvous
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
-    API_GROUP, GPU_RESOURCE, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PART_OF,
+    API_GROUP, API_VERSION, GPU_RESOURCE, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PART_OF,
     MANAGED_BY, PART_OF, REASON_INVALID_SPEC, TRAINING_ATTEMPT_ANNOTATION, TRAININGJOB_LABEL,
     TRAINING_FIELD_MANAGER, TRAINING_LIB_DIR, TRAINING_HYPERPARAMETERS_PATH)
 
@@ -203,6 +203,7 @@ def env(spec, name, namespace, attempt=0):
         "TORCHDEV_NAME": name,
         "TORCHDEV_NAMESPACE": namespace,
         "TORCHDEV_KIND": "TrainingJob",
+        "TORCHDEV_API_VERSION": API_VERSION,
         "TORCHDEV_MODEL": spec["model"],
         "TORCHDEV_DATASET": spec["dataset"],
         "TORCHDEV_EPOCHS": hp["epochs"],

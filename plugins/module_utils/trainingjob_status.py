@@ -43,6 +43,7 @@ from datetime import datetime, timedelta
 
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     TRAINING_LIBRARY_STATUS_FIELDS, TRAINING_PERMANENT_EXIT_CODES)
+from ansible_collections.torchdev.operator.plugins.module_utils.kueue import queue_problem
 from ansible_collections.torchdev.operator.plugins.module_utils.trainingjob import attempt_of, normalize
 
 MAX_BACKOFF = 300
@@ -143,9 +144,22 @@ def _sooner(current, seconds):
     return seconds if current is None else min(current, seconds)
 
 
-def decide(tj, job=None, pods=None, now=None, backoff_base=10, watch_period=10):
+def decide(tj, job=None, pods=None, now=None, backoff_base=10, watch_period=10, kueue=None):
     """What this reconcile does: {run, state, reason, message, restartCount, lastRestartTime,
-    lastRestartReason, startTime, completionTime, failureReason, requeue, attempt}.
+    lastRestartReason, startTime, completionTime, failureReason, requeue, attempt, problem}.
+
+    ``problem``: {reason: InvalidSpec, message} when the Job is to run but the
+    WorkloadPriorityClass that applies does not exist (``kueue``: k8s_observe's Kueue
+    result; Kueue would never admit the Job), else None: the role records it as a problem of
+    the spec (common problem.yml, trainingjob_rejected_status) instead of converging.
+    """
+    out = _next_step(tj, job, pods, now, backoff_base, watch_period)
+    out["problem"] = queue_problem(kueue) if out["run"] else None
+    return out
+
+
+def _next_step(tj, job, pods, now, backoff_base, watch_period):
+    """decide() but the problem.
 
     ``job``: the live Job named like the TrainingJob (or None), ``pods``: its pods, ``now``:
     RFC 3339.  ``watch_period``: while workers start or run, look again after this many

@@ -17,9 +17,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
+from ansible_collections.torchdev.operator.plugins.module_utils.durations import parse_retention
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
     _seconds, _time, format_time, parse_time, spec_replicas)
@@ -30,30 +30,6 @@ DELETED = "Deleted"
 # The operator setting TORCHDEV_USAGE_RETENTION (roles' defaults) when it is not set.
 DEFAULT_RETENTION = "90d"
 PLACES = Decimal("0.0001")
-
-_RETENTION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
-def parse_retention(value):
-    """Seconds of a retention such as "90d", "2160h", "1d12h", "120s" or a number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError("not a retention: %r" % (value,))
-    if isinstance(value, int):
-        seconds = value
-    else:
-        text = str(value if value is not None else "").strip()
-        match = _RETENTION.match(text)
-        if text.isdigit():
-            seconds = int(text)
-        elif not text or not match:
-            raise ValueError("%r is not a retention such as 90d, 2160h or 120s" % (value,))
-        else:
-            days, hours, minutes, secs = (int(part or 0) for part in match.groups())
-            seconds = ((days * 24 + hours) * 60 + minutes) * 60 + secs
-    if seconds <= 0:
-        raise ValueError("a retention must be longer than 0s, got %r" % (value,))
-    return seconds
-
 
 def decimal(value):
     """A non-negative Decimal with 4 places, as the records store hours and money."""

@@ -1,9 +1,9 @@
-"""Table-driven tests of plugins/module_utils/devuser.py and devuser_status.py."""
+"""Table-driven tests of plugins/module_utils/devuser.py."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.torchdev.operator.plugins.module_utils import devuser as du, devuser_status, labels
+from ansible_collections.torchdev.operator.plugins.module_utils import devuser as du, labels
 from hack.render_cases import flavors
 
 A10G = {"metadata": {"name": "gpu-a10g-1"}, "spec": {
@@ -181,27 +181,7 @@ def test_redact():
     assert out[1]["kind"] == "LimitRange"
 
 
-NAMES = {"namespace": "dev-jane", "sharedClaim": "jane-shared-efs", "localQueue": "torchdev",
-         "clusterQueue": "torchdev-jane"}
-
-
-@pytest.mark.parametrize("spec, kueue, problem, expect", [
-    ({}, False, None, {"phase": "Active", "kueue": False, "queueName": None, "clusterQueue": None}),
-    ({}, True, None, {"phase": "Active", "kueue": True, "queueName": "torchdev", "clusterQueue": "torchdev-jane"}),
-    ({"queue": {"clusterQueue": "team"}}, True, None, {"clusterQueue": "team"}),
-    ({}, False, {"reason": "InvalidSpec", "message": "bad"}, {"phase": "Failed"}),
-])
-def test_status(spec, kueue, problem, expect):
-    st = devuser_status.devuser_status("jane", spec, kueue, 4, problem, NAMES)
-    assert {k: st[k] for k in expect} == expect
-    assert st["namespace"] == "dev-jane" and st["observedGeneration"] == 4
-    conds = {c["type"]: c for c in st["conditions"]}
-    if problem:
-        assert conds["Ready"]["reason"] == "ReconcileFailed" and conds["Degraded"]["reason"] == "InvalidSpec"
-    else:
-        assert conds["Ready"]["status"] == "True" and conds["Ready"]["reason"] == "UserReady"
-        assert conds["Degraded"] == {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": "",
-                                     "observedGeneration": 4}
+# (devuser_status: tests/module_utils/test_devuser_status.py)
 
 
 def _ns(labels=None, annotations=None):

@@ -38,3 +38,10 @@ def test_usage_labels_select_by_server_owner_and_flavor_but_not_as_a_server():
                    "torchdev.io/owner": "jane_at_example.com", "torchdev.io/flavor": "gpu-a10g-1"}
     # the DevServer's pod selector does not match a record
     assert not set(labels.selector_labels("dev").items()) <= set(out.items())
+
+
+def test_flavor_labels_of_the_resource_flavor_in_their_order():
+    """The ResourceFlavor's labels (roles/devserverflavor), in the order the template wrote them."""
+    assert list(labels.flavor_labels("gpu-a10g-1").items()) == [
+        ("app.kubernetes.io/name", "devserverflavor"), ("app.kubernetes.io/part-of", "torchdev"),
+        ("app.kubernetes.io/managed-by", "torchdev-operator"), ("torchdev.io/flavor", "gpu-a10g-1")]

@@ -29,21 +29,7 @@ def activity(state, since):
     return {"data": {"s-0": json.dumps({"state": state, "since": since})}}
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("4h", 14400), ("1h30m", 5400), ("90s", 90), ("2m", 120), (3600, 3600), ("1h0m5s", 3605)])
-def test_parse_duration(text, seconds):
-    assert lifecycle.parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("bad", ["", "4", "h", "1d", "-1h", "4 h", None, True])
-def test_parse_duration_rejects(bad):
-    with pytest.raises(ValueError):
-        lifecycle.parse_duration(bad)
-
-
-@pytest.mark.parametrize("seconds, text", [(0, "0s"), (5400, "1h30m"), (90, "1m30s"), (-5, "0s"), (86400, "24h")])
-def test_format_duration(seconds, text):
-    assert lifecycle.format_duration(seconds) == text
+# (parse_duration, format_duration: tests/module_utils/test_durations.py)
 
 
 @pytest.mark.parametrize("duration, settings, devuser, fragment", [

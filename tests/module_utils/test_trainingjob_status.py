@@ -148,3 +148,24 @@ def test_rejected_status():
 @pytest.mark.parametrize("requeue,want", [(None, ""), (0.2, "1s"), (9.5, "10s"), (300.0, "300s")])
 def test_requeue(requeue, want):
     assert ts.requeue({"requeue": requeue}) == want
+
+
+MISSING = {"served": True, "priority_class": {"name": "nope", "source": "spec.scheduling.priority", "exists": False}}
+
+
+PROBLEMS = [
+    ("a Job to run, no Kueue", _tj(), None, None),
+    ("a Job to run, its class missing", _tj(), MISSING,
+     "WorkloadPriorityClass nope (from spec.scheduling.priority) does not exist"),
+    ("a Job to run, its class exists", _tj(), dict(MISSING, priority_class={"name": "high", "exists": True}), None),
+    ("final: nothing runs, nothing to admit", _tj({"state": "Completed", "completionTime": NOW}), MISSING, None),
+]
+
+
+@pytest.mark.parametrize("tj,kueue,problem", [c[1:] for c in PROBLEMS], ids=[c[0] for c in PROBLEMS])
+def test_decide_reports_a_missing_priority_class_of_a_job_to_run(tj, kueue, problem):
+    got = ts.decide(tj, None, [], NOW, kueue=kueue)
+    if problem is None:
+        assert got["problem"] is None
+    else:
+        assert got["run"] and got["problem"]["reason"] == "InvalidSpec" and problem in got["problem"]["message"]

@@ -34,17 +34,7 @@ def reservation(ended=7200, reason="Expired", expires=7200, queued=-300, **extra
     return res
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("90d", 90 * 86400), ("2160h", 2160 * 3600), ("1d12h", 36 * 3600), ("120s", 120), ("1h30m", 5400),
-    (3600, 3600), ("45", 45)])
-def test_parse_retention(text, seconds):
-    assert usage.parse_retention(text) == seconds
-
-
-@pytest.mark.parametrize("bad", ["", "0s", "90 d", "1w", "-1d", None, True, 0])
-def test_parse_retention_rejects(bad):
-    with pytest.raises(ValueError):
-        usage.parse_retention(bad)
+# (parse_retention: tests/module_utils/test_durations.py)
 
 
 # (id, DevServer, flavor spec, expected spec fields)

@@ -19,6 +19,11 @@ import urllib.request
 from datetime import datetime, timezone
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The operator sets TORCHDEV_API_VERSION and TORCHDEV_FIELD_MANAGER from its constants
+# (plugins/module_utils/constants.py API_VERSION, TRAINING_FIELD_MANAGER; module_utils/trainingjob.py
+# env); these defaults are the same values (tests/module_utils/test_constants.py), for a run
+# outside the operator's pods, where the collection is not.
+API_VERSION = "torchdev.io/v1alpha1"
 FIELD_MANAGER = "torchdev-train"
 
 
@@ -43,6 +48,7 @@ class StatusWriter:
             self.ctx = ssl.create_default_context(cafile=ca if os.path.exists(ca) else None)
         self.min_interval = float(min_interval)
         self.field_manager = field_manager or os.environ.get("TORCHDEV_FIELD_MANAGER") or FIELD_MANAGER
+        self.api_version = os.environ.get("TORCHDEV_API_VERSION") or API_VERSION
         self.pending: dict | None = None
         self.last = 0.0
         self.writes = 0
@@ -81,10 +87,10 @@ class StatusWriter:
         self._apply(fields)
 
     def _apply(self, fields: dict) -> None:
-        body = {"apiVersion": "torchdev.io/v1alpha1", "kind": "TrainingJob",
+        body = {"apiVersion": self.api_version, "kind": "TrainingJob",
                 "metadata": {"name": self.name, "namespace": self.namespace}, "status": fields}
-        url = "%s/apis/torchdev.io/v1alpha1/namespaces/%s/trainingjobs/%s/status?fieldManager=%s" % (
-            self.server.rstrip("/"), self.namespace, self.name, self.field_manager)
+        url = "%s/apis/%s/namespaces/%s/trainingjobs/%s/status?fieldManager=%s" % (
+            self.server.rstrip("/"), self.api_version, self.namespace, self.name, self.field_manager)
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH",
                                      headers={"Content-Type": "application/apply-patch+yaml"})
         if self.token:
