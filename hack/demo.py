@@ -221,14 +221,16 @@ def remove(created: Created, operator: subprocess.Popen | None, env: dict[str, s
             kubectl("-n", ns, "patch", f"devservers.torchdev.io/{SERVER}", "--type=merge", "-p",
                     '{"metadata":{"finalizers":null}}', env=env, check=False, quiet=True)
     if created.flavors:
-        kubectl("delete", FLAVORS, *created.flavors, "--ignore-not-found", "--wait=false", env=env, check=False)
+        # foreground: the flavor goes after its Kueue ResourceFlavor (owned by it), so the wait covers both
+        kubectl("delete", FLAVORS, *created.flavors, "--ignore-not-found", "--cascade=foreground", "--wait=false",
+                env=env, check=False)
     waited = not gone or kubectl("wait", "--for=delete", f"--timeout={timeout}s", *gone, env=env,
                                  check=False).returncode == 0
     stop(operator, "operator")
     if not waited:
-        print(f"warning: still there after {timeout}s: {' '.join(gone)}; the CRDs "
-              f"{', '.join(created.crds) or '(none)'} are left too. See `kubectl get {' '.join(gone)}`; "
-              "delete them once these are gone.", file=sys.stderr)
+        print(f"warning: still there after {timeout}s: {' '.join(gone)} (see `kubectl get {' '.join(gone)}`)"
+              + (f"; so the CRDs {', '.join(created.crds)} are left too: delete them once those are gone"
+                 if created.crds else ""), file=sys.stderr)
         return
     if created.crds:
         kubectl("delete", "crd", *created.crds, "--ignore-not-found", f"--timeout={timeout}s", env=env,

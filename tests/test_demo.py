@@ -215,7 +215,10 @@ def test_on_a_cluster_it_changes_nothing_that_existed_before(tmp_path):
         assert "none (installed already: used as they are, not changed)" in proc.stdout
         namespace = _namespace_of(proc.stdout)
         assert f"DevServerFlavor (cluster-wide): {namespace}-cpu-small" in proc.stdout
-        # its flavor had its Kueue ResourceFlavor (the flavor watch ran), gone with it
+        # its own flavor was reconciled (the flavor watch selects it): the operator wrote its Kueue
+        # ResourceFlavor, which went with it (the versions below)
+        assert [r for r in sim.requests(20_000) if r["verb"] == "patch"
+                and r["path"].endswith(f"/resourceflavors/{namespace}-cpu-small")]
         operator_log = (tmp_path / "demo" / "operator.log").read_text()
         assert "DevUser" not in operator_log and "TrainingJob" not in operator_log
         assert _versions(sim, *kinds) == before
