@@ -25,6 +25,8 @@ from kubesim.store import Store, Watcher
 Obj = dict[str, Any]
 
 _CRD_KEY = "customresourcedefinitions.apiextensions.k8s.io"
+# kube-apiserver's finalizer of a CRD being deleted while custom resources of it remain.
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 
 # The request's ?fieldValidation= (Strict, Warn, Ignore); the HTTP layer sets it per request.
 FIELD_VALIDATION: contextvars.ContextVar[str] = contextvars.ContextVar("field_validation",
@@ -231,6 +233,9 @@ class ApiServer:
             raise errors.ApiError(405, f"create is not supported on {rt.key}/{subresource}",
                                   "MethodNotAllowed")
         self._check_type(rt, obj)
+        if rt.crd and (self.crd(rt.crd) or {}).get("metadata", {}).get("deletionTimestamp"):
+            raise errors.ApiError(405, "create not allowed while custom resource definition is "
+                                  "terminating", "MethodNotAllowed")
         obj = deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         body_ns = meta.get("namespace")
@@ -639,9 +644,13 @@ class ApiServer:
         return final
 
     def _remove(self, rt: ResourceType, final: Obj) -> None:
+        if rt.key == _CRD_KEY:
+            self._unregister_crd(final["metadata"]["name"])
         self.store.remove(rt.key, final)
         if rt.kind == "Service" and rt.group == "":
             self._used_ips.discard((final.get("spec") or {}).get("clusterIP", ""))
+        if rt.crd:
+            self._crd_instance_gone(rt.crd)
 
     def delete_collection(self, resource: str | ResourceType, namespace: str | None,
                           label_selector: str | None = None, field_selector: str | None = None,
@@ -691,21 +700,82 @@ class ApiServer:
         new["metadata"]["resourceVersion"] = str(self.store.next_rv())
         self.store.put(_CRD_KEY, new, old)
 
+    def _crd_keys(self, name: str) -> set[str]:
+        return {rt.key for rt in self.registry.all() if rt.crd == name}
+
     def _delete_crd(self, crd: Obj) -> Obj:
+        """kube-apiserver's CRD deletion: with custom resources left (or other finalizers) the
+        CRD is marked (deletionTimestamp, the finalizer customresourcecleanup.apiextensions.k8s.io,
+        condition Terminating) and every instance is deleted, each honouring its own finalizers;
+        creating instances is refused meanwhile. The CRD goes when the last instance has gone
+        (_crd_instance_gone) and no other finalizer holds it."""
         name = crd["metadata"]["name"]
-        types = self.registry.remove_crd(name)
-        keys = {rt.key for rt in types}
+        if crd["metadata"].get("deletionTimestamp"):
+            return deepcopy(crd)
+        keys = self._crd_keys(name)
+        if not crd["metadata"].get("finalizers") and not any(self.store.count(k) for k in keys):
+            final = deepcopy(crd)
+            final["metadata"]["resourceVersion"] = str(self.store.next_rv())
+            self._remove(self.resource(_CRD_KEY), final)
+            return final
+        new = deepcopy(crd)
+        meta = new["metadata"]
+        meta["deletionTimestamp"] = now_rfc3339()
+        meta["deletionGracePeriodSeconds"] = 0
+        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != CRD_CLEANUP_FINALIZER] \
+            + [CRD_CLEANUP_FINALIZER]
+        self._set_crd_terminating(new, "True", "InstanceDeletionInProgress",
+                                  "CustomResource deletion is in progress")
+        meta["resourceVersion"] = str(self.store.next_rv())
+        self.store.put(_CRD_KEY, new, crd)
         for key in keys:
+            rt = self.resource(key)
+            for obj in list(self.store.items(key)):
+                try:
+                    self.delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+                except errors.ApiError as exc:
+                    if exc.code != 404:
+                        raise
+        self._crd_instance_gone(name)  # none left (none had finalizers): the CRD goes now
+        return deepcopy(self.crd(name) or new)
+
+    @staticmethod
+    def _set_crd_terminating(crd: Obj, status: str, reason: str, message: str) -> None:
+        conditions = [c for c in (crd.setdefault("status", {}).get("conditions") or [])
+                      if c.get("type") != "Terminating"]
+        conditions.append({"type": "Terminating", "status": status, "reason": reason,
+                           "message": message, "lastTransitionTime": now_rfc3339()})
+        crd["status"]["conditions"] = conditions
+
+    def _crd_instance_gone(self, name: str) -> None:
+        """A custom resource of CRD ``name`` went: a terminating CRD with none left loses its
+        cleanup finalizer, and goes unless another finalizer holds it."""
+        crd = self.crd(name)
+        if crd is None or not crd["metadata"].get("deletionTimestamp") \
+                or CRD_CLEANUP_FINALIZER not in (crd["metadata"].get("finalizers") or []) \
+                or any(self.store.count(k) for k in self._crd_keys(name)):
+            return
+        new = deepcopy(crd)
+        new["metadata"]["finalizers"] = [f for f in crd["metadata"]["finalizers"] if f != CRD_CLEANUP_FINALIZER]
+        self._set_crd_terminating(new, "False", "InstanceDeletionCompleted", "removed all instances")
+        new["metadata"]["resourceVersion"] = str(self.store.next_rv())
+        if new["metadata"]["finalizers"]:
+            self.store.put(_CRD_KEY, new, crd)
+        else:
+            new["metadata"].pop("finalizers")
+            self._remove(self.resource(_CRD_KEY), new)
+
+    def _unregister_crd(self, name: str) -> None:
+        """The CRD ``name`` goes: its types stop being served; instances still stored (the
+        cleanup finalizer removed by hand, as on kube-apiserver) go with it."""
+        types = self.registry.remove_crd(name)
+        for key in {rt.key for rt in types}:
             for obj in self.store.drop_resource(key):
                 final = deepcopy(obj)
                 final["metadata"]["resourceVersion"] = str(self.store.next_rv())
                 self.store._emit("DELETED", key, final, None)
             self.store.close_watchers(key)
         self._crd_models.pop(name, None)
-        final = deepcopy(crd)
-        final["metadata"]["resourceVersion"] = str(self.store.next_rv())
-        self.store.remove(_CRD_KEY, final)
-        return final
 
     # -- watch ---------------------------------------------------------------------
     def watch(self, resource: str | ResourceType, namespace: str | None = None,

@@ -1,25 +1,36 @@
-"""`make demo` (hack/demo.py) against a cluster in $KUBECONFIG: it says what it will create and
-asks, refuses without a terminal and without --yes, runs in a namespace of its own and removes
-exactly what it created. A kubesim stands in for the real cluster; on the embedded simulator
-(no $KUBECONFIG) the demo is what `make demo` runs (CI runs that too)."""
+"""`make demo` (hack/demo.py).
+
+Against a cluster in $KUBECONFIG (a kubesim stands in for it): it says what it will create and
+asks, refuses without a terminal and without --yes, runs in a namespace of its own, touches
+nothing that existed before (CRDs, DevUsers, flavors, other DevServers, Kueue ResourceFlavors:
+same resourceVersions after), and removes exactly what it created, at its end and on SIGTERM,
+in the order that lets it go (the namespace while its operator runs the DevServer's finalizer).
+
+On the embedded simulator (no $KUBECONFIG) the demo is what `make demo` runs, end to end
+(`make test`, hence .ci/run, runs it here).
+"""
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from _support import ROOT, tool
-from kubesim.testing import KubeSim
+from kubesim.testing import KubeSim, wait_for
 
 from hack import demo
+from torchdev_runtime.watches import parse_watches, selector_matches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PLAN = demo.Plan(context="prod", namespace="torchdev-demo-abc123", flavor="gpu-a10g-1",
-                 crds=["devservers.torchdev.io"], flavors=["cpu-small"])
+PLAN = demo.Plan(context="prod", namespace="torchdev-demo-abc123", flavor="torchdev-demo-abc123-cpu-small",
+                 crds=["devservers.torchdev.io"], flavors=["torchdev-demo-abc123-cpu-small"], sample="cpu-small")
 
 
 def test_confirm_with_yes_does_not_ask(capsys):
@@ -42,6 +53,32 @@ def test_confirm_asks_on_a_terminal(answer, agreed):
             demo.confirm(PLAN, yes=False, interactive=True, ask=lambda _: answer)
 
 
+def test_the_plan_says_what_the_operator_watches():
+    text = PLAN.describe()
+    assert "DevServers in the namespace torchdev-demo-abc123" in text
+    assert "DevServerFlavors labelled torchdev.io/demo=torchdev-demo-abc123" in text
+    assert "no DevUser or TrainingJob watch" in text
+    existing = demo.Plan(context="prod", namespace="torchdev-demo-abc123", flavor="gpu-a10g-1")
+    assert "CustomResourceDefinitions (cluster-wide): none (installed already: used as they are, not changed)" \
+        in existing.describe()
+    assert "gpu-a10g-1 exists already: used as it is, not changed" in existing.describe()
+
+
+def test_the_demo_operator_watches_its_own_objects_only():
+    """The watches the demo's operator runs on a real cluster: DevServer (narrowed to its
+    namespace by --namespace) and DevServerFlavor, selected by the demo's label; the file
+    loads like watches.yaml (the same roles, finalizer, periods)."""
+    watches = parse_watches(yaml.safe_dump(demo.demo_watches("torchdev-demo-abc123")), root_dir=str(ROOT),
+                            environ={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections")})
+    assert [w.kind for w in watches] == ["DevServer", "DevServerFlavor"]
+    server, flavor = watches
+    assert server.selector == {} and server.finalizer_name == "torchdev.io/devserver-usage"
+    assert flavor.selector == {"matchLabels": {"torchdev.io/demo": "torchdev-demo-abc123"}}
+    assert selector_matches(flavor.selector, {"torchdev.io/demo": "torchdev-demo-abc123"})
+    assert not selector_matches(flavor.selector, {})
+    assert not selector_matches(flavor.selector, {"torchdev.io/demo": "torchdev-demo-other"})
+
+
 def _kubectl(sim, *args):
     proc = subprocess.run([tool("kubectl"), "--kubeconfig", sim.kubeconfig, *args], capture_output=True,
                           text=True, timeout=120)
@@ -49,14 +86,56 @@ def _kubectl(sim, *args):
     return proc.stdout
 
 
+def _items(sim, kind, *args):
+    return json.loads(_kubectl(sim, "get", kind, *args, "-o", "json"))["items"]
+
+
 def _names(sim, kind):
-    return {i["metadata"]["name"] for i in json.loads(_kubectl(sim, "get", kind, "-o", "json"))["items"]}
+    return {i["metadata"]["name"] for i in _items(sim, kind)}
 
 
-def _demo(sim, *args):
-    env = dict(os.environ, KUBECONFIG=sim.kubeconfig)
-    return subprocess.run([sys.executable, str(ROOT / "hack" / "demo.py"), *args], env=env, cwd=ROOT,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+def _versions(sim, *kinds):
+    """{(kind, namespace, name): resourceVersion} of every object of these kinds."""
+    return {(kind, i["metadata"].get("namespace", ""), i["metadata"]["name"]): i["metadata"]["resourceVersion"]
+            for kind in kinds for i in _items(sim, kind, "-A")}
+
+
+def _demo_env(sim, tmp_path):
+    return dict(os.environ, KUBECONFIG=sim.kubeconfig, DEVCTL_CONFIG=str(tmp_path / "devctl.yaml"))
+
+
+def _demo(sim, tmp_path, *args):
+    return subprocess.run([sys.executable, str(ROOT / "hack" / "demo.py"), "--workdir", str(tmp_path / "demo"),
+                           *args], env=_demo_env(sim, tmp_path), cwd=ROOT, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _namespace_of(stdout):
+    return re.search(r"namespace (torchdev-demo-[0-9a-f]{6}) \(its own\)", stdout).group(1)
+
+
+def _assert_all_gone(sim, namespace):
+    """Nothing of the demo is left: it waited for its namespace, flavor and CRDs to go."""
+    assert namespace not in _names(sim, "namespaces")
+    assert not [n for n in _names(sim, "crd") if n.endswith(".torchdev.io")]  # installed by it: removed
+
+
+def test_on_the_embedded_simulator_it_runs_end_to_end(tmp_path):
+    """What `make demo` runs without $KUBECONFIG: kubesim, the CRDs, the operator with
+    watches.yaml, the sample flavors, a DevServer to Ready; then everything it started stops."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env["DEVCTL_CONFIG"] = str(tmp_path / "devctl.yaml")
+    proc = subprocess.run([sys.executable, str(ROOT / "hack" / "demo.py"), "--workdir", str(tmp_path / "demo")],
+                          env=env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "starting the embedded simulator (kubesim)" in proc.stdout and "Ready in" in proc.stdout
+    assert "make demo is about to create" not in proc.stdout  # nothing to ask on its own simulator
+    assert "torchdev_devservers{" in proc.stdout  # the exporter saw the server
+    # kubesim stopped with the demo: its address answers no more
+    kubeconfig = yaml.safe_load((tmp_path / "demo" / "kubeconfig").read_text())
+    down = subprocess.run([tool("kubectl"), "--kubeconfig", str(tmp_path / "demo" / "kubeconfig"), "version",
+                           "--request-timeout=5s"], capture_output=True, text=True)
+    assert down.returncode != 0, kubeconfig["clusters"][0]["cluster"]["server"]
 
 
 @pytest.fixture
@@ -65,8 +144,8 @@ def cluster():
         yield sim
 
 
-def test_on_a_cluster_it_refuses_without_yes_and_creates_nothing(cluster):
-    proc = _demo(cluster)
+def test_on_a_cluster_it_refuses_without_yes_and_creates_nothing(cluster, tmp_path):
+    proc = _demo(cluster, tmp_path)
     assert proc.returncode != 0
     assert "refusing to install into a real cluster" in proc.stderr
     assert "CustomResourceDefinitions (cluster-wide): devserverflavors.torchdev.io" in proc.stdout
@@ -74,30 +153,75 @@ def test_on_a_cluster_it_refuses_without_yes_and_creates_nothing(cluster):
     assert not [n for n in _names(cluster, "namespaces") if n.startswith("torchdev-demo-")]
 
 
-def test_on_a_cluster_it_removes_what_it_created(cluster):
-    proc = _demo(cluster, "--yes")
+def test_on_a_cluster_it_removes_what_it_created(cluster, tmp_path):
+    proc = _demo(cluster, tmp_path, "--yes")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Ready in" in proc.stdout
-    namespace = next(w for w in proc.stdout.split() if w.startswith("torchdev-demo-"))
-    assert not [n for n in _names(cluster, "crd") if n.endswith(".torchdev.io")]  # installed by it: removed
-    gone = cluster.wait_for(lambda: namespace not in _names(cluster, "namespaces"), 60,
-                            message=f"namespace {namespace} deleted")
-    assert gone
+    _assert_all_gone(cluster, _namespace_of(proc.stdout))
 
 
-def test_on_a_cluster_it_keeps_what_existed_before(cluster):
-    for crd in sorted((ROOT / "config" / "crd" / "bases").glob("*.yaml")):
-        _kubectl(cluster, "apply", "--server-side", "-f", str(crd))
-    _kubectl(cluster, "wait", "--for=condition=Established", "crd/devserverflavors.torchdev.io")
-    _kubectl(cluster, "apply", "--server-side", "-f",
-             str(ROOT / "config" / "samples" / "torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"))
-    _kubectl(cluster, "create", "namespace", "dev-demo")  # someone's: not the demo's to use
-    crds_before = _names(cluster, "crd")
+def test_on_a_cluster_it_removes_what_it_created_on_sigterm(cluster, tmp_path):
+    proc = subprocess.Popen([sys.executable, str(ROOT / "hack" / "demo.py"), "--workdir", str(tmp_path / "demo"),
+                             "--yes"], env=_demo_env(cluster, tmp_path), cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "Creating a standalone DevServer" in line:
+                break
+        else:
+            pytest.fail("the demo ended before creating its DevServer:\n" + "".join(seen[-40:]))
+        namespace = _namespace_of("".join(seen))
+        wait_for(lambda: _items(cluster, "devservers", "-n", namespace), 120,
+                 message="the demo's DevServer is created")
+        proc.send_signal(signal.SIGTERM)
+        out = "".join(seen) + proc.communicate(timeout=300)[0]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "interrupted (SIGTERM)" in out
+    _assert_all_gone(cluster, namespace)
 
-    proc = _demo(cluster, "--yes")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "none (installed already)" in proc.stdout
-    assert _names(cluster, "crd") == crds_before
-    assert _names(cluster, "devserverflavors.torchdev.io") == {"gpu-a10g-1"}  # only its own are removed
-    assert "dev-demo" in _names(cluster, "namespaces")
-    assert not json.loads(_kubectl(cluster, "get", "devservers", "-n", "dev-demo", "-o", "json"))["items"]
+
+def test_on_a_cluster_it_changes_nothing_that_existed_before(tmp_path):
+    with KubeSim(nodes=demo.NODES, kueue=True) as sim:
+        for crd in sorted((ROOT / "config" / "crd" / "bases").glob("*.yaml")):
+            _kubectl(sim, "apply", "--server-side", "-f", str(crd))
+        _kubectl(sim, "wait", "--for=condition=Established", *(f"crd/{n}" for n in demo.crds()))
+        # an admin's own changes to an installed CRD
+        _kubectl(sim, "annotate", "crd/devservers.torchdev.io", "example.com/note=ours")
+        _kubectl(sim, "patch", "crd/devservers.torchdev.io", "--type=json", "-p", json.dumps(
+            [{"op": "replace", "path": "/spec/versions/0/schema/openAPIV3Schema/description", "value": "ours"}]))
+        # a user, a flavor and a server of someone else; an admin's Kueue ResourceFlavor
+        _kubectl(sim, "apply", "--server-side", "-f", str(ROOT / "config" / "samples" / "torchdev_v1alpha1_devuser.yaml"))
+        _kubectl(sim, "apply", "--server-side", "-f",
+                 str(ROOT / "config" / "samples" / "torchdev_v1alpha1_devserverflavor_gpu-a10g-1.yaml"))
+        _kubectl(sim, "create", "namespace", "team")
+        _kubectl(sim, "-n", "team", "apply", "--server-side", "-f",
+                 str(ROOT / "config" / "samples" / "torchdev_v1alpha1_devserver_standalone.yaml"))
+        rf = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "cpu-small"},
+              "spec": {"nodeLabels": {"example.com/pool": "admins"}}}
+        (tmp_path / "rf.yaml").write_text(yaml.safe_dump(rf))
+        _kubectl(sim, "create", "-f", str(tmp_path / "rf.yaml"))
+        _kubectl(sim, "create", "namespace", "dev-demo")  # someone's: not the demo's to use
+        kinds = ("crd", "devusers.torchdev.io", "devserverflavors.torchdev.io", "devservers.torchdev.io",
+                 "resourceflavors.kueue.x-k8s.io", "namespaces")
+        before = _versions(sim, *kinds)
+
+        proc = _demo(sim, tmp_path, "--yes", "--flavor", "cpu-small")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert "none (installed already: used as they are, not changed)" in proc.stdout
+        namespace = _namespace_of(proc.stdout)
+        assert f"DevServerFlavor (cluster-wide): {namespace}-cpu-small" in proc.stdout
+        # its own flavor was reconciled (the flavor watch selects it): the operator wrote its Kueue
+        # ResourceFlavor, which went with it (the versions below)
+        assert [r for r in sim.requests(20_000) if r["verb"] == "patch"
+                and r["path"].endswith(f"/resourceflavors/{namespace}-cpu-small")]
+        operator_log = (tmp_path / "demo" / "operator.log").read_text()
+        assert "DevUser" not in operator_log and "TrainingJob" not in operator_log
+        assert _versions(sim, *kinds) == before
+        user = _items(sim, "devusers.torchdev.io")[0]
+        assert not user["metadata"].get("finalizers") and "status" not in user
+        assert "dev-jane" not in _names(sim, "namespaces")

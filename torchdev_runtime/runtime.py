@@ -93,6 +93,9 @@ class Runtime:
         watches_file: path of watches.yaml (or pass ``watches=`` already loaded).
         kubeconfig: kubeconfig path (default $KUBECONFIG, then ~/.kube/config).
         namespaces: namespaces to watch (default: all; the CLI also reads WATCH_NAMESPACE).
+            They narrow namespaced kinds only: cluster-scoped kinds (DevUser,
+            DevServerFlavor, Namespaces as dependents) are watched cluster-wide, as by
+            ansible-operator; a watch's ``selector`` narrows those (hack/demo.py).
         ansible_config: ANSIBLE_CONFIG for the runs (default $ANSIBLE_CONFIG, then the
             ansible.cfg next to the watches file, then ./ansible.cfg).
         max_concurrent_reconciles: default per kind (CPU count); the
@@ -222,7 +225,8 @@ class Runtime:
         self.client = KubeClient(self.kubeconfig)
         log.info("torchdev-runtime: %d watch(es), kubeconfig %s, namespaces %s, "
                  "ansible.cfg %s", len(self.watches), self.kubeconfig,
-                 ",".join(self.namespaces) or "(all)", self.ansible_config or "(default)")
+                 (",".join(self.namespaces) + " (cluster-scoped kinds: all)") if self.namespaces
+                 else "(all)", self.ansible_config or "(default)")
         runners = [AnsibleRunner(w, self.kubeconfig, ansible_config=self.ansible_config,
                                  work_dir=self.work_dir, gather_facts=self.gather_facts,
                                  keep_artifacts=self.keep_artifacts, extra_env=self.extra_env,
@@ -236,10 +240,10 @@ class Runtime:
             self.controllers[w.gvk] = ctrl
             target = w.playbook or w.role
             log.info("watching %s/%s -> %s (workers=%d, reconcilePeriod=%s, manageStatus=%s, "
-                     "finalizer=%s, watchDependentResources=%s)", w.gvk.api_version,
+                     "finalizer=%s, watchDependentResources=%s, selector=%s)", w.gvk.api_version,
                      w.gvk.kind, target, w.max_concurrent_reconciles,
                      format_duration(period), w.manage_status, w.finalizer_name or "-",
-                     w.watch_dependent_resources)
+                     w.watch_dependent_resources, w.selector or "-")
             self._start_controller(ctrl)
         if wait_synced:
             self.wait_synced(wait_synced)

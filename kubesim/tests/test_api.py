@@ -133,6 +133,46 @@ def test_crd_kind_discoverable_then_gone(k8s, http):
             dyn.resources.get(api_version="disco.kubesim.io/v1", kind="Gadget")
 
 
+def test_crd_deletion_waits_for_its_custom_resources_finalizers(k8s, http):
+    """Like kube-apiserver: deleting a CRD deletes its custom resources, each honouring its
+    finalizers, and the CRD stays (Terminating, finalizer customresourcecleanup) until the
+    last has gone; no instance can be created meanwhile."""
+    ext, co = client.ApiextensionsV1Api(k8s), client.CustomObjectsApi(k8s)
+    crd = json.loads(json.dumps(WIDGET_CRD))
+    group = "held.kubesim.io"
+    crd["metadata"]["name"] = f"gizmos.{group}"
+    crd["spec"]["group"] = group
+    crd["spec"]["names"] = {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"}
+    ext.create_custom_resource_definition(crd)
+    ns = make_namespace_via(k8s)
+
+    def gizmo(name, **meta):
+        return {"apiVersion": f"{group}/v1", "kind": "Gizmo", "metadata": {"name": name, **meta}, "spec": {}}
+
+    co.create_namespaced_custom_object(group, "v1", ns, "gizmos", gizmo("held", finalizers=["example.com/hold"]))
+    co.create_namespaced_custom_object(group, "v1", ns, "gizmos", gizmo("free"))
+
+    ext.delete_custom_resource_definition(crd["metadata"]["name"])
+    terminating = ext.read_custom_resource_definition(crd["metadata"]["name"])
+    assert terminating.metadata.deletion_timestamp is not None
+    assert terminating.metadata.finalizers == ["customresourcecleanup.apiextensions.k8s.io"]
+    assert [(c.type, c.status, c.reason) for c in terminating.status.conditions if c.type == "Terminating"] == \
+        [("Terminating", "True", "InstanceDeletionInProgress")]
+    items = co.list_namespaced_custom_object(group, "v1", ns, "gizmos")["items"]
+    assert [(i["metadata"]["name"], bool(i["metadata"].get("deletionTimestamp"))) for i in items] == [("held", True)]
+    with pytest.raises(client.ApiException) as exc:
+        co.create_namespaced_custom_object(group, "v1", ns, "gizmos", gizmo("late"))
+    assert exc.value.status == 405
+    assert "terminating" in status_of(exc.value)["message"]
+
+    co.patch_namespaced_custom_object(group, "v1", ns, "gizmos", "held", {"metadata": {"finalizers": None}},
+                                      _content_type="application/merge-patch+json")
+    with pytest.raises(client.ApiException) as exc:
+        ext.read_custom_resource_definition(crd["metadata"]["name"])
+    assert exc.value.status == 404
+    assert http.get(f"/apis/{group}/v1/namespaces/{ns}/gizmos")[0] == 404
+
+
 def make_namespace_via(k8s) -> str:
     ns = client.CoreV1Api(k8s).create_namespace(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": "t-"}})

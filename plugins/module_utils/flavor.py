@@ -131,7 +131,7 @@ def flavor_problem(flavor, name, rendezvous_errors=None):
     """
     if not flavor:
         return {"reason": "FlavorNotFound",
-                "message": "DevServerFlavor %s does not exist (kubectl get devserverflavors "
+                "message": "spec.flavor: DevServerFlavor %s does not exist (kubectl get devserverflavors "
                            "lists the available ones)" % name}
     errors = flavor_errors(flavor.get("spec") or {})
     if errors:

@@ -122,21 +122,26 @@ def test_delete_removes_children_and_keeps_home(sim, kube, runtime, ns):
     assert pvc.metadata.deletion_timestamp is None and pvc.status.phase == "Bound"
 
 
-@pytest.mark.parametrize("bad,reason,field", [
-    ({"env": [{"name": "TORCHDEV_NAME", "value": "x"}]}, "InvalidSpec", "TORCHDEV_NAME"),
-    ({"flavor": "no-such-flavor"}, "FlavorNotFound", "no-such-flavor"),
-])
-def test_rejected_change_of_a_running_server_keeps_it_running(sim, kube, runtime, ns, bad, reason, field):
-    """A spec or flavor problem on a running server: Degraded (reason, message naming the field),
-    phase and Ready true to the pods, nothing running touched; fixed, it converges again."""
-    name = "steady"
-    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(name))
+def _running(sim, kube, ns, name):
+    """A server Ready and serving: its StatefulSet and pod uid as they are now."""
     wait_ready(sim, kube, ns, name)
-    sts_before = kube["apps"].read_namespaced_stateful_set(name, ns)
-    pod_uid = pod(kube, ns, name).metadata.uid
-    good_spec = get_ds(kube, ns, name)["spec"]
+    return kube["apps"].read_namespaced_stateful_set(name, ns), pod(kube, ns, name).metadata.uid
 
-    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name, {"spec": bad})
+
+def _running_on_a_flavor_of_its_own(sim, kube, ns, name):
+    """A copy of the sample cpu-small under a name of its own and a server of it, Ready:
+    (the flavor's name, the flavor, _running's)."""
+    small = load(ROOT / "config" / "samples" / "torchdev_v1alpha1_devserverflavor_cpu-small.yaml")
+    small["metadata"]["name"] = flavor = f"{name}-{uuid.uuid4().hex[:5]}"
+    kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devserverflavors", small)
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(name, flavor=flavor))
+    return flavor, small, _running(sim, kube, ns, name)
+
+
+def _kept_running(sim, kube, runtime, ns, name, running, reason, field):
+    """Degraded with ``reason`` (the message naming ``field``), phase and Ready true to the
+    pods, the change not applied and nothing running touched."""
+    sts_before, pod_uid = running
     obj = wait_degraded(sim, kube, ns, name, reason)
     assert field in condition(obj, "Degraded")["message"]
     assert obj["status"]["phase"] == "Running" and obj["status"]["ready"] == "1/1"
@@ -150,11 +155,66 @@ def test_rejected_change_of_a_running_server_keeps_it_running(sim, kube, runtime
     assert sts.metadata.resource_version == sts_before.metadata.resource_version  # not touched
     assert pod(kube, ns, name).metadata.uid == pod_uid
 
+
+def _converged(sim, kube, ns, name):
+    """Ready, and the fix applied: Degraded False, Progressing Reconciled (a flavor fix changes
+    no generation of the server, so Ready alone says nothing)."""
+    wait_ready(sim, kube, ns, name)
+
+    def converged():
+        obj = get_ds(kube, ns, name)
+        return (condition(obj, "Degraded").get("status") == "False"
+                and condition(obj, "Progressing").get("reason") == "Reconciled"
+                and condition(obj, "Ready").get("status") == "True")
+    sim.wait_for(converged, 90, interval=0.1, message=f"devserver {ns}/{name} converged")
+
+
+@pytest.mark.parametrize("bad,reason,field", [
+    ({"env": [{"name": "TORCHDEV_NAME", "value": "x"}]}, "InvalidSpec", "TORCHDEV_NAME"),
+    ({"flavor": "no-such-flavor"}, "FlavorNotFound", "spec.flavor: DevServerFlavor no-such-flavor"),
+])
+def test_rejected_change_of_a_running_server_keeps_it_running(sim, kube, runtime, ns, bad, reason, field):
+    """A spec or flavor problem on a running server: Degraded (reason, message naming the field),
+    phase and Ready true to the pods, nothing running touched; fixed, it converges again."""
+    name = "steady"
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(name))
+    running = _running(sim, kube, ns, name)
+    good_spec = get_ds(kube, ns, name)["spec"]
+
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name, {"spec": bad})
+    _kept_running(sim, kube, runtime, ns, name, running, reason, field)
+
     fixed = {key: good_spec.get(key) for key in bad}
     kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", name, {"spec": fixed})
-    obj = wait_ready(sim, kube, ns, name)
-    assert condition(obj, "Degraded")["status"] == "False"
-    assert condition(obj, "Progressing")["reason"] == "Reconciled"
+    _converged(sim, kube, ns, name)
+
+
+def test_flavor_made_invalid_under_a_running_server_keeps_it_running(sim, kube, runtime, ns):
+    """The flavor of a running server is edited in place into one that cannot be applied (the
+    flavor role's annotation brings the change): the server keeps running, Degraded InvalidSpec
+    naming the flavor's field; the flavor fixed, it converges again."""
+    flavor, small, running = _running_on_a_flavor_of_its_own(sim, kube, ns, "edit")
+
+    kube["custom"].patch_cluster_custom_object(GROUP, VERSION, "devserverflavors", flavor, {"spec": {"shmSize": "16Gi"}})
+    _kept_running(sim, kube, runtime, ns, "edit", running, "InvalidSpec",
+                  f"DevServerFlavor {flavor} is invalid: shmSize (16Gi) exceeds the memory limit")
+
+    kube["custom"].patch_cluster_custom_object(GROUP, VERSION, "devserverflavors", flavor,
+                                               {"spec": {"shmSize": small["spec"]["shmSize"]}})
+    _converged(sim, kube, ns, "edit")
+
+
+def test_flavor_deleted_under_a_running_server_keeps_it_running(sim, kube, runtime, ns):
+    """The flavor of a running server is deleted: at its next reconcile (the watch's
+    reconcilePeriod; a deleted flavor nudges no DevServer, so the test queues it) the server
+    keeps running, Degraded FlavorNotFound naming spec.flavor."""
+    flavor, _, running = _running_on_a_flavor_of_its_own(sim, kube, ns, "orphan")
+
+    kube["custom"].delete_cluster_custom_object(GROUP, VERSION, "devserverflavors", flavor)
+    assert runtime.wait_idle(60)
+    runtime.enqueue("DevServer", ns, "orphan")
+    _kept_running(sim, kube, runtime, ns, "orphan", running, "FlavorNotFound",
+                  f"spec.flavor: DevServerFlavor {flavor} does not exist")
 
 
 def test_unknown_flavor_is_degraded_then_recovers(sim, kube, runtime, ns):

@@ -90,6 +90,12 @@ def test_flavor_notices():
         "name": "a", "namespace": "n1", "annotations": {constants.FLAVOR_HASH_ANNOTATION: "h"}}}]
 
 
+def test_flavor_problem_missing_flavor_names_the_field():
+    assert flavor.flavor_problem(None, "gone", []) == {
+        "reason": "FlavorNotFound",
+        "message": "spec.flavor: DevServerFlavor gone does not exist (kubectl get devserverflavors lists the available ones)"}
+
+
 def test_flavor_problem_unknown_reason_is_invalid_spec():
     assert flavor.flavor_problem(GPU_FLAVOR, "gpu", ["oops"]) == {"reason": "InvalidSpec", "message": "oops"}
     assert flavor.flavor_problem(GPU_FLAVOR, "gpu", ["Weird: x"])["reason"] == "InvalidSpec"

@@ -3,8 +3,10 @@
 The DevServer's entrypoint, rendered by the devserver role (hack/render_manifests.py), runs
 for real with Debian's OpenSSH server on a loopback port: its variables are set to values
 that broke the old ``SetEnv`` configuration (quotes, backslashes, ``$``, spaces, newlines,
-UTF-8, empty), ``sshd -t`` checks the configuration it writes, a real ``ssh`` session prints
-its environment NUL-separated and every value must arrive byte for byte; ``sftp`` still
+UTF-8, empty), with names no shell can export (``-`` and ``.``, which Kubernetes allows),
+``sshd -t`` checks the configuration it writes, a real ``ssh`` session prints its environment
+NUL-separated (the session's own process and the commands its shell runs) and every name and
+value must arrive byte for byte; ``sftp`` still
 works (the session wrapper is sshd's ForceCommand); and no file on the home volume holds a
 value that came from a Secret.
 
@@ -40,6 +42,11 @@ VALUES = {
     "NEWLINES": "line one\nSetEnv INJECTED=1\nline three\n",
     "UTF8": "héllo wörld ✓ 日本語",
     "EMPTY": "",
+    # names that Kubernetes allows and no shell can export ('-' and '.', a leading '-')
+    "DASHED-NAME": "with 'dash'",
+    "dotted.name": "a.b\nc",
+    "-leading-dash": "-x",
+    ".leading.dot": "$dot",
     "SECRET_TOKEN": None,
 }
 ENV = ([{"name": k, "value": v} for k, v in VALUES.items() if v is not None]
@@ -160,14 +167,29 @@ def test_sshd_accepts_the_generated_configuration(pod, server, tools):
     assert "SetEnv" not in text and "INJECTED" not in text and "s3cr3t" not in text
 
 
-def test_values_arrive_byte_for_byte(pod, server, tools):
-    proc = _ssh(pod, tools, "env -0")
+def _session_env(pod, tools, command):
+    proc = _ssh(pod, tools, command)
     assert proc.returncode == 0, proc.stderr
-    session = dict(item.split(b"=", 1) for item in proc.stdout.split(b"\0") if b"=" in item)
+    return dict(item.split(b"=", 1) for item in proc.stdout.split(b"\0") if b"=" in item)
+
+
+def _assert_exact(session):
     for name, value in VALUES.items():
         expected = (SECRET if value is None else value).encode()
         assert session.get(name.encode()) == expected, name
     assert b"INJECTED" not in session
+
+
+@pytest.mark.parametrize("command", ["cat /proc/$$/environ", "env -0"], ids=["session-process", "its-commands"])
+def test_every_name_arrives_exactly(pod, server, tools, command):
+    """The session's own process (the login shell env(1) started) has every variable; the
+    commands it runs too (bash passes names it cannot hold as variables on; dash would not)."""
+    _assert_exact(_session_env(pod, tools, command))
+
+
+def test_values_arrive_byte_for_byte(pod, server, tools):
+    session = _session_env(pod, tools, "env -0")
+    _assert_exact(session)
     # the operator's variables too, and the pod's PATH with the torchdev scripts (the login
     # user's own shell startup files may rearrange PATH)
     assert session[b"TORCHDEV_NAME"] == pod["env"]["TORCHDEV_NAME"].encode()
