@@ -87,29 +87,21 @@ def age(timestamp: Any, reference: datetime | None = None) -> str:
 
 
 def parse_duration(text: str | int | float) -> float:
-    """``90``, ``90s``, ``5m``, ``1h30m``, ``2d`` -> seconds."""
+    """``90``, ``90s``, ``5m``, ``1h30m``, ``1.5h``, ``2d`` -> seconds (module_utils/durations.py,
+    the operator's one duration grammar, with days and a bare number of seconds)."""
+    from ansible_collections.torchdev.operator.plugins.module_utils import durations
+
     if isinstance(text, (int, float)):
         return float(text)
     raw = str(text).strip().lower()
-    if not raw:
-        raise ValueError("empty duration")
     try:
         return float(raw)
     except ValueError:
         pass
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    total, number = 0.0, ""
-    for ch in raw:
-        if ch.isdigit() or ch == ".":
-            number += ch
-        elif ch in units and number:
-            total += float(number) * units[ch]
-            number = ""
-        else:
-            raise ValueError(f"invalid duration {text!r} (use e.g. 90, 90s, 5m, 1h30m, 2d)")
-    if number:
-        raise ValueError(f"invalid duration {text!r}: missing unit after {number!r}")
-    return total
+    try:
+        return float(durations.seconds(raw, days=True))
+    except ValueError:
+        raise ValueError(f"invalid duration {text!r} (use e.g. 90, 90s, 5m, 1h30m, 2d)") from None
 
 
 class DurationType(click.ParamType):

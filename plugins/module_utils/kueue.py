@@ -17,6 +17,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import LOCAL_QUEUE
+
 GROUP = "kueue.x-k8s.io"
 
 
@@ -143,7 +145,7 @@ def resource_flavor_errors(flavor_spec):
 
 
 # --------------------------------------------------------------------------- DevServers
-def queue_labels(kueue, live_sts=None, local_queue="torchdev"):
+def queue_labels(kueue, live_sts=None, local_queue=LOCAL_QUEUE):
     """Labels of a DevServer's StatefulSet (only the StatefulSet: Kueue gates its pods as
     one pod group): ``kueue.x-k8s.io/queue-name`` and, when a WorkloadPriorityClass
     applies, ``kueue.x-k8s.io/priority-class``.
@@ -177,7 +179,7 @@ def queue_problem(kueue):
     return None
 
 
-def queue_status(kueue, sts, local_queue="torchdev", eta=None):
+def queue_status(kueue, sts, local_queue=LOCAL_QUEUE, eta=None):
     """Where a DevServer's StatefulSet stands in Kueue, or None when it is not queued:
     {name, clusterQueue, workload, position, estimatedStartTime, admitted, admittedAt, message}.
     ``position`` is 1-based in the ClusterQueue (visibility API), None when admitted or

@@ -289,7 +289,8 @@ def test_age_and_parse_time():
     assert parse_time("2026-01-01T00:00:00.123456Z").microsecond == 123456
 
 
-@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("2d", 172800)])
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("2d", 172800),
+                                          ("1.5h", 5400), ("1d12h", 129600), ("1.5", 1.5), ("500ms", 0.5)])
 def test_parse_duration(text, seconds):
     from devctl.output import parse_duration
 
