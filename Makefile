@@ -122,6 +122,7 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python -m bench.reconcile
 	$(BIN)/python -m bench.exporter
 	$(BIN)/python -m bench.lifecycle
+	$(BIN)/python -m bench.queue_eta
 
 bundle: setup ## Write the OLM bundle (bundle/, bundle.Dockerfile) for VERSION and IMG from config/manifests
 	$(BIN)/python -m hack.bundle --version "$(VERSION)" --image "$(IMG)" --channels "$(CHANNELS)" \
