@@ -77,6 +77,9 @@ IMAGE_VENV ?= .venv-image
 IMAGE_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 IMAGE_HOME := .cache/image-home
 IMAGE_STAMP := $(IMAGE_VENV)/.setup-stamp
+# Every role's end-to-end tests (DevServer with and without Kueue, lifecycle, usage records,
+# TrainingJob, DevUser, EphemeralAccelerationJob) with the roles run by the image's ansible-core.
+IMAGE_TESTS ?= tests/e2e tests/devuser/test_devuser_e2e.py tests/devuser/test_devuser_kueue_e2e.py
 
 $(IMAGE_STAMP): requirements-image.txt requirements-image-test.txt
 	rm -rf $(IMAGE_VENV)
@@ -138,12 +141,12 @@ bundle-build: ## Build the bundle image $BUNDLE_IMG (needs a Docker engine and m
 release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject, devctl, IMG, config/default, bundle/)
 	$(BIN)/python -m hack.version check --version "$(VERSION)" --img "$(IMG)" --bundle bundle
 
-test-image: setup $(IMAGE_STAMP) ## The image without Docker: HOME from the Dockerfile, the DevServer e2e tests and molecule with its ansible-core 2.18
+test-image: setup $(IMAGE_STAMP) ## The image without Docker: HOME from the Dockerfile, every role's e2e tests and molecule with its ansible-core 2.18
 	$(BIN)/python -m hack.image --venv $(IMAGE_VENV) --home $(IMAGE_HOME) --env-file $(IMAGE_HOME).env
 	set -a && . ./$(IMAGE_HOME).env && set +a && \
 	  TORCHDEV_ANSIBLE_PYTHON="$(CURDIR)/$(IMAGE_VENV)/bin/python" \
 	  ANSIBLE_COLLECTIONS_PATH="$(CURDIR)/$(IMAGE_HOME)/.ansible/collections" \
-	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_devserver_e2e.py
+	  $(BIN)/python -m pytest -q -p no:cacheprovider $(IMAGE_TESTS)
 	@# molecule's prerun would install this checkout into ~/.ansible/collections, ahead of the image's
 	printf 'prerun: false\n' > $(IMAGE_HOME).molecule.yml
 	set -a && . ./$(IMAGE_HOME).env && set +a && \
