@@ -336,13 +336,14 @@ class _Role:
         for included in re.findall(r"\{%-?\s*include\s+['\"]([^'\"]+)['\"]", text):
             out |= self._template(included)
         for doc in re.split(r"(?m)^---\s*$", text):
-            api = re.search(r"(?m)^apiVersion:\s*(\S+)\s*$", doc)
-            kind = re.search(r"(?m)^kind:\s*(\S+)\s*$", doc)
+            api = re.search(r"(?m)^apiVersion:\s*(\S.*?)\s*$", doc)
+            kind = re.search(r"(?m)^kind:\s*(\S.*?)\s*$", doc)
             if not (api and kind):
                 continue
-            if "{" in api.group(1) + kind.group(1):
-                raise ValueError("template %s/%s: apiVersion/kind must be literal" % (self.name, name))
-            out.add(self._source("template", api.group(1).strip("'\""), kind.group(1).strip("'\"")))
+            api_version, kind_name = (self.const(m.group(1)) for m in (api, kind))  # literals or constants
+            if not api_version or not kind_name or "{" in api_version + kind_name:
+                raise ValueError("template %s/%s: apiVersion/kind must be literal or a constant" % (self.name, name))
+            out.add(self._source("template", api_version.strip("'\""), kind_name.strip("'\"")))
         if not out:
             raise ValueError("template %s/%s: no top-level apiVersion/kind" % (self.name, name))
         return out
