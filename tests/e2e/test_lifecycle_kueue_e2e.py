@@ -108,8 +108,13 @@ def test_reserve_wait_prints_the_queue_position_and_eta_then_the_ssh_command(sim
                              "-n", ns, "--kubeconfig", sim.kubeconfig, "-o", "json"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
+    stdout: list[str] = []
+    # Both pipes are read by threads (never by communicate(), which would take stderr's last
+    # lines from under the line reader).
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    out_reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
     reader.start()
+    out_reader.start()
     try:
         queued = sim.wait_for(lambda: next((line for line in list(lines) if "position 1" in line and "ETA " in line),
                                            None), 120, interval=0.1, message="devctl's queue position and ETA")
@@ -117,14 +122,15 @@ def test_reserve_wait_prints_the_queue_position_and_eta_then_the_ssh_command(sim
         assert proc.poll() is None  # still waiting
 
         ok(devctl(sim, ns, "stop", first))  # its quota frees: the reservation is admitted
-        out, _ = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
     reader.join(timeout=30)
+    out_reader.join(timeout=30)
     assert proc.returncode == 0, lines
-    obj = json.loads(out)
+    obj = json.loads("".join(stdout))
     assert obj["metadata"]["name"] == "booked" and obj["spec"]["lifecycle"]["duration"] == "1h"
     assert lines[0].strip() == f"flavor {FLAVOR} (the cheapest with 2 GPU(s) per pod)"
     assert lines[-1].strip() == f"devserver/booked is Ready; connect with: {obj['status']['sshCommand']}"

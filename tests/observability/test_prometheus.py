@@ -242,9 +242,20 @@ def test_every_dashboard_query_is_accepted_by_prometheus(prometheus):
         query(prometheus, expr)  # asserts status success (a PromQL error is a 400 / error status)
 
 
-def test_metric_names_and_labels_are_bounded(exporter):
-    with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10) as r:
-        text = r.read().decode()
+def test_metric_names_and_labels_are_bounded(kube, ns, exporter):
+    # A server of its own (the test does not depend on another test's objects): Running, then
+    # its series are scraped once the exporter's watch has seen it.
+    owner = f"bounded-{ns}@example.com"
+    body = devserver("bounded", flavor="pricey")
+    body["spec"]["owner"] = owner
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", body)
+    set_status(kube, ns, "bounded", {"phase": "Running", "replicas": 1, "readyReplicas": 1})
+
+    def scrape():
+        with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return text if f'user="{owner}"' in text else None
+    text = wait(scrape, 60, "the exporter's series of the server")
     names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     ours = {n for n in names if n.startswith("torchdev_")}
     assert ours, text

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 
 import pytest
 
@@ -199,18 +199,24 @@ def test_cli_runs_and_stops_on_sigterm(env, tmp_path):
          "--kubeconfig", sim.kubeconfig, "--namespace", "cli",
          "--ansible-config", ANSIBLE_CFG, "--health-interval", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
     try:
         sim.call(sim.api.create, f"widgets.{GROUP}",
                  {"apiVersion": f"{GROUP}/v1", "kind": "Widget",
                   "metadata": {"name": "wc", "namespace": "cli"},
                   "spec": {"replicaCount": 5}}, "cli")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not get(sim, "configmaps", "cli", "wc-cm"):
-            time.sleep(0.1)
+        # The module's runtime reconciles the widget too: wait for the CLI's own reconcile (its
+        # signal handlers are installed by then), not for the ConfigMap either may write.
+        sim.wait_for(lambda: any("Widget cli/wc: reconcile ok=" in line for line in list(lines))
+                     or proc.poll() is not None, 120, message="the CLI's reconcile of cli/wc")
         assert get(sim, "configmaps", "cli", "wc-cm")["data"]["replicas"] == "5"
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
+    out = "".join(lines)
     assert proc.returncode == 0, out
     assert "Widget cli/wc: reconcile ok=" in out
     assert "stopped" in out
