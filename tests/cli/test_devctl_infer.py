@@ -2,7 +2,7 @@
 create (the volume, the upload through a helper pod and the exec WebSocket, the job),
 copy-file (wget in the cluster), download, debug, watch, get, list, logs, cleanup, delete.
 The upload and download of 200 MB of small files is measured here; the workflow with the
-operator and the real runner is tests/e2e/test_infer_workflow_e2e.py."""
+operator and the real runner is tests/e2e/test_eaj_e2e.py."""
 from __future__ import annotations
 
 import hashlib

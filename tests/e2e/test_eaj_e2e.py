@@ -1,9 +1,13 @@
-"""End to end: kubesim + the local runtime + the real ephemeralaccelerationjob role.
+"""End to end: kubesim + the local runtime + the real ephemeralaccelerationjob role, and the
+devctl infer workflow: create (volume, upload, job) -> the operator runs the inference pod ->
+watch -> download.
 
-The simulated kubelet runs no code, so each test plays the inference runner: it ends the pod
-with kubesim.io/succeed-after or fail-after, the runner's exit code and its termination
-message (what torchdev_infer writes to /dev/termination-log).  The devctl workflow from
-create to download, with the real runner, is tests/e2e/test_infer_workflow_e2e.py.
+The simulated kubelet runs no code, so the tests play the inference container: they end the
+pod with kubesim.io/succeed-after or fail-after, the runner's exit code and its termination
+message (what torchdev_infer writes to /dev/termination-log).  In the workflow tests that is
+the real torchdev_infer runner, run with the pod's own arguments on the pod's volume
+(kubesim keeps a volume's files in a directory of its own, the same that pods/exec reads
+and writes), and the results downloaded are checked against a plain PyTorch forward pass.
 
 The runtime runs only the EphemeralAccelerationJob watch of watches.yaml, with its watch
 period (ephemeralaccelerationjob_watch_period) at 1 s: the tests wait for the role's own
@@ -11,10 +15,12 @@ progress, a shorter look-again keeps them quick."""
 from __future__ import annotations
 
 import datetime
+import json
 
 import pytest
 
 from _e2e_helpers import GROUP, ROOT, VERSION
+from _infer_models import LABELS, assert_matches, reference, tiny, write_image
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PLURAL = "ephemeralaccelerationjobs"
@@ -176,3 +182,80 @@ def test_a_running_job_costs_reads_only_and_a_failure_keeps_the_volume(sim, kube
     sim.wait_for(lambda: pod_of(kube, ns, "bad") is None, 60, interval=0.1, message="the pod deleted (TTL 0)")
     assert claim_of(kube, ns, "bad") is not None  # the artifacts stay until pvcTTLSecondsAfterFinished
     assert cond(get(kube, ns, "bad"), "ArtifactsAvailable")["status"] == "True"
+
+
+# -- the devctl workflow, with the real runner ------------------------------------------------------
+def devctl(sim, ns, *args):
+    from click.testing import CliRunner
+
+    from devctl.main import cli
+
+    return CliRunner().invoke(cli, ["--kubeconfig", sim.kubeconfig, "-n", ns, *map(str, args)], catch_exceptions=False)
+
+
+def run_the_pod(sim, kube, ns, name, log_dir):
+    """What the inference container would do: the runner with the pod's arguments, the pod's
+    volume as /artifacts; then the pod ends with its exit code and termination message."""
+    import torchdev_infer
+
+    pod = sim.wait_for(lambda: pod_of(kube, ns, name), 60, interval=0.1, message="the inference pod")
+    assert pod.spec.containers[0].command == ["python", "-m", "torchdev_infer"]
+    claim = kube["core"].read_namespaced_persistent_volume_claim(f"artifacts-{name}", ns)
+    volume = sim.call(sim.cluster.server.volumes.pv_dir, claim.spec.volume_name)
+    args = list(pod.spec.containers[0].args)
+    args[args.index("--artifacts-dir") + 1] = volume
+    code = torchdev_infer.main(args + ["--termination-log", str(log_dir / "termination-log")])
+    annotations = {"kubesim.io/succeed-after": "0"} if code == 0 else {
+        "kubesim.io/fail-after": "0", "kubesim.io/exit-code": str(code),
+        "kubesim.io/termination-message": (log_dir / "termination-log").read_text()}
+    kube["core"].patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": annotations}})
+    return code
+
+
+def test_create_run_watch_download(sim, kube, runtime, ns, tmp_path, capsys):
+    import torch
+
+    project = tmp_path / "project"
+    (project / "images").mkdir(parents=True)
+    net = tiny(11)
+    torch.jit.save(torch.jit.script(net), str(project / "classifier.pt"),
+                   _extra_files={"labels.json": json.dumps(LABELS)})
+    for i, size in enumerate(((256, 256), (300, 260), (240, 320))):
+        write_image(project / "images" / f"img{i}.png", *size, seed=20 + i)
+
+    result = devctl(sim, ns, "infer", "create", "cls", "--project-dir", project, "--input-path", "/artifacts/images",
+                    "--model", "/artifacts/classifier.pt", "--output-path", "/artifacts/results/output.json",
+                    "--gpus", "0", "--pvc-ttl", "600")
+    assert result.exit_code == 0, result.output
+    assert "uploaded" in result.stderr and "ephemeralaccelerationjob.torchdev.io/cls created" in result.stdout
+    obj = get(kube, ns, "cls")
+    assert obj["spec"]["input"] == {"type": "directory", "path": "/artifacts/images"}
+
+    assert run_the_pod(sim, kube, ns, "cls", tmp_path) == 0
+    result = devctl(sim, ns, "infer", "watch", "cls", "--timeout", "90")
+    assert result.exit_code == 0, result.output
+    assert "results: /artifacts/results/output.json in artifacts-cls" in result.stderr
+    claim = kube["core"].read_namespaced_persistent_volume_claim("artifacts-cls", ns)
+    owner = get(kube, ns, "cls")["metadata"]["uid"]
+    assert [r.uid for r in claim.metadata.owner_references] == [owner]  # the role adopted devctl's volume
+
+    result = devctl(sim, ns, "infer", "download", "cls", "--to", tmp_path / "back")
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "back" / "results" / "output.json").read_text())
+    assert doc["model"] == "/artifacts/classifier.pt" and doc["device"] == "cpu" and doc["images"] == 3
+    for entry in doc["results"]:
+        assert_matches(entry["top5"], reference(net, project / entry["image"][len("/artifacts/"):]), LABELS)
+    got = json.loads(devctl(sim, ns, "infer", "get", "cls", "-o", "json").stdout)
+    assert got["status"]["phase"] == "Succeeded" and got["status"]["artifactPath"] == "/artifacts/results/output.json"
+
+
+def test_the_runners_failure_reaches_the_status(sim, kube, runtime, ns, tmp_path):
+    result = devctl(sim, ns, "infer", "create", "nofile", "--input-path", "/artifacts/missing.jpg",
+                    "--model", "/artifacts/classifier.pt", "--gpus", "0")
+    assert result.exit_code == 0, result.output
+    assert run_the_pod(sim, kube, ns, "nofile", tmp_path) == 3  # the runner's InputNotFound
+    result = devctl(sim, ns, "infer", "watch", "nofile", "--timeout", "90")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == \
+        "error: job nofile failed (InputNotFound): input image /artifacts/missing.jpg does not exist"
+    assert wait_phase(sim, kube, ns, "nofile", "Failed")["status"]["exitCode"] == 3
