@@ -30,7 +30,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils import plan as p
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     EAJ_EXIT_REASONS, EAJ_FINAL_PHASES, REASON_INVALID_SPEC)
 from ansible_collections.torchdev.operator.plugins.module_utils.ephemeralaccelerationjob import (
-    claim_name, normalize, pod_name, runner_name)
+    claim_name, normalize, pod_name)
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_time, parse_time
 from ansible_collections.torchdev.operator.plugins.module_utils.trainingjob_status import (
     IMAGE_PULL_REASONS, MESSAGE_LIMIT, requeue as _requeue)
