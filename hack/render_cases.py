@@ -251,6 +251,7 @@ def ephemeralaccelerationjob_cases() -> dict[str, dict]:
     for obj in jobs.values():
         cases[obj["metadata"]["name"]] = {"cr": _devserver(obj)}
     gpu = jobs["torchdev_v1alpha1_ephemeralaccelerationjob.yaml"]
-    cases["seed004"] = {"cr": _devserver(gpu, "my-inference-job", storageClass="longhorn", image="gpu-job-inference:latest")}
+    # seed 004's example, its image pinned (its :latest is the user's choice; the operator runs what it is given)
+    cases["seed004"] = {"cr": _devserver(gpu, "my-inference-job", storageClass="longhorn", image="gpu-job-inference:1.0")}
     cases["finished"] = {"cr": _devserver(gpu, "finished"), "decision": {"phase": "Succeeded", "ensure": []}}
     return cases
