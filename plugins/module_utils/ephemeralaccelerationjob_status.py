@@ -242,7 +242,8 @@ def converge(desired, decision, claim=None, runner=None, pod=None):
     desired = list(desired or [])
     keep = [obj for obj in desired if not (obj.get("kind") == "Pod" and pod is not None)]
     prune = []
-    for key in (decision or {}).get("delete") or []:
+    deleting = (decision or {}).get("delete") or []
+    for key in [k for k in ("pod", "runner", "claim") if k in deleting]:  # the pod first: it uses the volume
         meta = _meta(live.get(key))
         if meta.get("name"):
             prune.append({"apiVersion": live[key].get("apiVersion") or "v1", "kind": KINDS[key],

@@ -141,8 +141,8 @@ def test_the_plan_prunes_what_the_decision_deletes():
     decision = es.decide(_eaj(_done(), pvcTTLSecondsAfterFinished=30), _pod("Succeeded", code=0), _claim(), _runner(), NOW)
     plan = es.converge([], decision, claim=_claim(), runner=_runner(), pod=_pod("Succeeded", code=0))
     assert plan["to_apply"] == []
-    assert [(o["kind"], o["metadata"]["name"]) for o in plan["to_prune"]] == [
-        ("PersistentVolumeClaim", "artifacts-j"), ("ConfigMap", "j-infer"), ("Pod", "ephemeralaccelerationjob-j")]
+    assert [(o["kind"], o["metadata"]["name"]) for o in plan["to_prune"]] == [  # the pod before its volume
+        ("Pod", "ephemeralaccelerationjob-j"), ("ConfigMap", "j-infer"), ("PersistentVolumeClaim", "artifacts-j")]
 
 
 def _cond(status, ctype):
