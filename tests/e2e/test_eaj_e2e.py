@@ -97,7 +97,7 @@ def now():
 
 def test_success_then_the_pod_and_the_volume_go_at_their_ttls(sim, kube, runtime, ns):
     kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(
-        "ok", ttlSecondsAfterFinished=2, pvcTTLSecondsAfterFinished=5))
+        "ok", ttlSecondsAfterFinished=1, pvcTTLSecondsAfterFinished=3))
     running = wait_phase(sim, kube, ns, "ok", "Running")
     assert running["status"]["startedAt"] and running["status"]["podName"] == "ephemeralaccelerationjob-ok"
     assert cond(running, "ArtifactsAvailable")["status"] == "True"
@@ -122,7 +122,7 @@ def test_success_then_the_pod_and_the_volume_go_at_their_ttls(sim, kube, runtime
     done = wait_phase(sim, kube, ns, "ok", "Succeeded")["status"]
     assert done["artifactPath"] == "/artifacts/output.json" and done["exitCode"] == 0
     finished = parse(done["finishedAt"])
-    assert parse(done["artifactsExpireAt"]) == finished + datetime.timedelta(seconds=5)
+    assert parse(done["artifactsExpireAt"]) == finished + datetime.timedelta(seconds=3)
     assert cond(get(kube, ns, "ok"), "Succeeded")["reason"] == "InferenceSucceeded"
     # deleted at their TTLs, through requeues at those times (the watch's resync is 10h away):
     # not before them, and the pod before the volume it uses
@@ -130,8 +130,8 @@ def test_success_then_the_pod_and_the_volume_go_at_their_ttls(sim, kube, runtime
     sim.wait_for(lambda: claim_of(kube, ns, "ok") is None, 120, interval=0.1, message="the volume deleted at its TTL")
     pod_deleted = deleted_at(sim, ns, "pods", "ephemeralaccelerationjob-ok")
     claim_deleted = deleted_at(sim, ns, "persistentvolumeclaims", "artifacts-ok")
-    assert finished + datetime.timedelta(seconds=2) <= pod_deleted
-    assert finished + datetime.timedelta(seconds=5) <= claim_deleted
+    assert finished + datetime.timedelta(seconds=1) <= pod_deleted
+    assert finished + datetime.timedelta(seconds=3) <= claim_deleted
     assert pod_deleted < claim_deleted
     obj = sim.wait_for(lambda: (lambda o: o if cond(o, "ArtifactsAvailable").get("reason") == "Expired" else None)(
         get(kube, ns, "ok")), 30, interval=0.1, message="ArtifactsAvailable Expired")
