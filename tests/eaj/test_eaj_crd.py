@@ -18,10 +18,6 @@ def model():
     return admission_model(CRD)
 
 
-def _reject(model, obj, old=None) -> str:
-    return rejected(model, obj, old)
-
-
 def test_names_and_columns():
     crd = load(CRD)
     spec = crd["spec"]
@@ -104,11 +100,11 @@ INVALID = [
 def test_invalid(model, spec, text):
     obj = eaj(**spec)
     obj["spec"] = {k: v for k, v in obj["spec"].items() if v is not None}
-    assert text in _reject(model, obj)
+    assert text in rejected(model, obj)
 
 
 def test_long_name_rejected(model):
-    assert "metadata.name" in _reject(model, eaj(name="x" * 54))
+    assert "metadata.name" in rejected(model, eaj(name="x" * 54))
     model.admit(eaj(name="x" * 53))
 
 
@@ -129,7 +125,7 @@ def test_only_the_ttls_may_change(model, change, allowed):
     if allowed:
         assert model.admit(new, old=old)["spec"].items() >= change.items()
     else:
-        assert "only ttlSecondsAfterFinished and pvcTTLSecondsAfterFinished may change" in _reject(model, new, old=old)
+        assert "only ttlSecondsAfterFinished and pvcTTLSecondsAfterFinished may change" in rejected(model, new, old=old)
 
 
 def test_status(model):
