@@ -422,3 +422,82 @@ def _trainingjob_api(cls):
 
 
 Api = _trainingjob_api(Api)
+
+
+# EphemeralAccelerationJobs (devctl/infer.py) ------------------------------------------------------
+EAJS = "ephemeralaccelerationjobs"
+
+
+def exec_error(exc) -> ApiError:
+    """An ApiException of a WebSocket handshake (status 0, the answer in its reason): the
+    API's message, one line."""
+    import re
+
+    text = str(getattr(exc, "reason", "") or exc)
+    found = re.findall(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+    status = re.search(r"Handshake status (\d+)", text)
+    message = found[-1].encode().decode("unicode_escape") if found else text
+    return ApiError(one_line(message), status=int(status.group(1)) if status else None)
+
+
+def _eaj_api(cls):
+    """The EphemeralAccelerationJob calls of :class:`Api` and the core calls devctl infer
+    makes (volumes, helper pods, exec)."""
+
+    def _eaj(self, fn, *args, name=None, namespace=None, **kw):
+        return self._call(fn, GROUP, VERSION, *args, kind="ephemeralaccelerationjob", name=name, namespace=namespace,
+                          resource=f"{EAJS}.{GROUP}", **kw)
+
+    def get_eaj(self, namespace: str, name: str) -> dict:
+        return _eaj(self, self.custom.get_namespaced_custom_object, namespace, EAJS, name, name=name, namespace=namespace)
+
+    def list_eajs(self, namespace: str | None) -> list[dict]:
+        return self._list_namespaced(EAJS, "ephemeralaccelerationjob", namespace)
+
+    def create_eaj(self, namespace: str, body: dict) -> dict:
+        return _eaj(self, self.custom.create_namespaced_custom_object, namespace, EAJS, body,
+                    name=body["metadata"]["name"], namespace=namespace)
+
+    def delete_eaj(self, namespace: str, name: str) -> dict:
+        return _eaj(self, self.custom.delete_namespaced_custom_object, namespace, EAJS, name, name=name,
+                    namespace=namespace)
+
+    def create_pvc(self, namespace: str, body: dict) -> dict:
+        return self.to_dict(self._call(self.core.create_namespaced_persistent_volume_claim, namespace, body,
+                                       kind="persistentvolumeclaim", name=body["metadata"]["name"], namespace=namespace))
+
+    def patch_pvc(self, namespace: str, name: str, patch: dict) -> dict:
+        """A JSON merge patch (None removes a key)."""
+        return self.to_dict(self._call(self.core.patch_namespaced_persistent_volume_claim, name, namespace, patch,
+                                       kind="persistentvolumeclaim", name=name, namespace=namespace,
+                                       _content_type="application/merge-patch+json"))
+
+    def create_pod(self, namespace: str, body: dict) -> dict:
+        return self.to_dict(self._call(self.core.create_namespaced_pod, namespace, body, kind="pod",
+                                       name=body["metadata"]["name"], namespace=namespace))
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._call(self.core.delete_namespaced_pod, name, namespace, kind="pod", name=name, namespace=namespace)
+
+    def exec_stream(self, namespace: str, pod: str, command: list[str], stdin: bool = False):
+        """A command in the pod's first container over the API's exec WebSocket: the client's
+        WSClient (binary; devctl/transfer.py speaks the channel protocol on its socket)."""
+        from kubernetes.client.exceptions import ApiException  # lazy
+        from kubernetes.stream import stream
+
+        try:
+            return stream(self.core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stdin=stdin,
+                          stdout=True, stderr=True, tty=False, _preload_content=False, binary=True)
+        except ApiException as exc:
+            if exc.status:
+                raise self._translate(exc, "pod", pod, namespace, None) from None
+            raise exec_error(exc) from None
+        except OSError as exc:
+            raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(exc)}") from None
+
+    for fn in (get_eaj, list_eajs, create_eaj, delete_eaj, create_pvc, patch_pvc, create_pod, delete_pod, exec_stream):
+        setattr(cls, fn.__name__, fn)
+    return cls
+
+
+Api = _eaj_api(Api)

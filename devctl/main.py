@@ -27,6 +27,7 @@ from .ssh import ssh
 from .usage import usage
 from .whoami import whoami
 from .train import train
+from .infer import infer
 
 
 class DevctlGroup(click.Group):
@@ -99,7 +100,7 @@ def version(output: str) -> None:
 
 
 for _command in (create, list_, get, delete, stop, start, cancel, extend, keepalive, reserve, ssh, run, monitor,
-                 flavors, queue, quota, usage, whoami, config_group, admin, train):
+                 flavors, queue, quota, usage, whoami, config_group, admin, train, infer):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -238,3 +238,20 @@ def trainingjob_cases() -> dict[str, dict]:
     }
     cases["restarting"] = {"cr": _devserver(cpu, "restarting"), "decision": {"run": False, "attempt": 1}}
     return cases
+
+
+# --------------------------------------------------------------------------- EphemeralAccelerationJob
+def ephemeralaccelerationjob_cases() -> dict[str, dict]:
+    """{case: {cr, decision?}} (hack/render_manifests.py ephemeralaccelerationjob_hostvars): the
+    sample jobs as they start (the volume, the runner, the pod), seed 004's example, and a
+    finished job that keeps only its volume."""
+    jobs = samples("torchdev_v1alpha1_ephemeralaccelerationjob*.yaml")
+    assert jobs, "config/samples must hold EphemeralAccelerationJob samples"
+    cases = {}
+    for obj in jobs.values():
+        cases[obj["metadata"]["name"]] = {"cr": _devserver(obj)}
+    gpu = jobs["torchdev_v1alpha1_ephemeralaccelerationjob.yaml"]
+    # seed 004's example, its image pinned (its :latest is the user's choice; the operator runs what it is given)
+    cases["seed004"] = {"cr": _devserver(gpu, "my-inference-job", storageClass="longhorn", image="gpu-job-inference:1.0")}
+    cases["finished"] = {"cr": _devserver(gpu, "finished"), "decision": {"phase": "Succeeded", "ensure": []}}
+    return cases

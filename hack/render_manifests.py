@@ -33,6 +33,7 @@ import yaml
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status
 from hack.render_cases import devserver_cases as devserver_matrix, devuser_cases as devuser_matrix
 from hack.render_cases import trainingjob_cases as trainingjob_matrix, usage_cases as usage_matrix
+from hack.render_cases import ephemeralaccelerationjob_cases as ephemeralaccelerationjob_matrix
 from hack import version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,8 +133,28 @@ def trainingjob_cases() -> dict[str, dict[str, Any]]:
     return {key: trainingjob_hostvars(case) for key, case in trainingjob_matrix().items()}
 
 
+def ephemeralaccelerationjob_hostvars(case: dict[str, Any]) -> dict[str, Any]:
+    """The variables of one ephemeralaccelerationjob render case ({cr, decision?}): the raw object
+    and what observe.yml (nothing yet) and decide.yml (a new job: everything) would have produced."""
+    cr = case["cr"]
+    return {
+        "ansible_operator_meta": _meta(cr),
+        "_torchdev_io_ephemeralaccelerationjob": cr,
+        "_torchdev_io_ephemeralaccelerationjob_spec": cr["spec"],
+        "ephemeralaccelerationjob_observe": {"objects": {"claim": None, "runner": None, "pod": None}},
+        "ephemeralaccelerationjob_decision": dict({"phase": "Pending", "ensure": ["claim", "runner", "pod"], "delete": []},
+                                                  **case.get("decision", {})),
+    }
+
+
+def ephemeralaccelerationjob_cases() -> dict[str, dict[str, Any]]:
+    """The EphemeralAccelerationJob matrix (hack/render_cases.py) as host variables."""
+    return {key: ephemeralaccelerationjob_hostvars(case) for key, case in ephemeralaccelerationjob_matrix().items()}
+
+
 CASE_BUILDERS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
     "devserver": devserver_cases,
+    "ephemeralaccelerationjob": ephemeralaccelerationjob_cases,
     "devuser": devuser_cases,
     "trainingjob": trainingjob_cases,
 }

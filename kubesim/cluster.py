@@ -98,6 +98,7 @@ class Cluster:
             await self.manager.stop()
         if self._runner:
             await self._runner.cleanup()
+        self.server.volumes.close()
 
     def kubeconfig(self) -> dict[str, Any]:
         return {

@@ -11,11 +11,12 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from kubesim import errors, protobuf
+from kubesim import errors, podexec, protobuf
 from kubesim.apiserver import FIELD_VALIDATION, ApiServer
 from kubesim.faults import FaultInjector
 from kubesim.metrics import Metrics
 from kubesim.openapi import OpenAPIV3
+from kubesim.podexec import VolumeStore
 from kubesim.registry import ResourceType
 
 log = logging.getLogger("kubesim.server")
@@ -69,6 +70,8 @@ class KubeSimServer:
         self.faults = faults or FaultInjector()
         self._watch_tasks: set[asyncio.Task] = set()
         self.openapi = OpenAPIV3(api.registry, api.crd)
+        # the files of the simulated volumes, for pods/exec (podexec.py)
+        self.volumes = VolumeStore(api)
         # group -> provider of an aggregated API (kube-aggregator's APIService): served
         # by the provider, listed in discovery while provider.enabled()
         self.aggregated: dict[str, Any] = {}
@@ -389,6 +392,8 @@ class KubeSimServer:
             if not (method == "POST" and route.name is None):
                 raise errors.ApiError(404, "the server could not find the requested resource",
                                       "NotFound")
+        if rt.key == "pods" and route.subresource == "exec" and route.name and method in ("GET", "POST"):
+            return await podexec.serve(request, api, self.volumes, ns or "", route.name)
         if route.subresource and route.subresource not in rt.subresources and not (
                 rt.key == "pods" and route.subresource in ("binding", "eviction", "log")) and not (
                 rt.key == "namespaces" and route.subresource == "finalize"):

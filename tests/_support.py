@@ -54,3 +54,28 @@ def run_module(name: str, args: dict, env: dict | None = None, timeout: float = 
         return json.loads(out.stdout)
     except json.JSONDecodeError:
         raise AssertionError(f"module {name} printed no JSON result: {out.stdout[-2000:]}{out.stderr[-2000:]}")
+
+
+def admission_model(crd_path: Path, version: str = "v1alpha1"):
+    """kubesim's admission (schema, defaults, CEL) of one version of a CRD file, the CRD
+    itself validated first."""
+    import copy
+
+    import yaml
+
+    from kubesim import validation
+
+    crd = yaml.safe_load(Path(crd_path).read_text())
+    validation.validate_crd(copy.deepcopy(crd))
+    return validation.CRDModel(crd).version(version)
+
+
+def rejected(model, obj: dict, old: dict | None = None) -> str:
+    """The message of a 422 that ``model`` answers ``obj`` with (fails when it is admitted)."""
+    from kubesim.errors import ApiError
+
+    with pytest.raises(ApiError) as ei:
+        model.admit(obj, old=old)
+    assert ei.value.code == 422
+    return ei.value.message
+

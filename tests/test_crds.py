@@ -44,6 +44,7 @@ def load(path: Path) -> dict:
 CRDS = {"DevServer": load(DEVSERVER_CRD), "DevServerFlavor": load(FLAVOR_CRD), "DevUser": load(DEVUSER_CRD),
         "UsageRecord": load(USAGE_CRD)}
 CRDS["TrainingJob"] = load(CRD_DIR / "bases" / "torchdev.io_trainingjobs.yaml")  # admission cases: tests/trainingjob/test_trainingjob_crd.py
+CRDS["EphemeralAccelerationJob"] = load(CRD_DIR / "bases" / "torchdev.io_ephemeralaccelerationjobs.yaml")  # admission cases: tests/eaj/test_eaj_crd.py
 
 
 def version_of(crd: dict, name: str = VERSION) -> dict:
@@ -699,6 +700,7 @@ def test_kustomize_crd_builds():
     docs = kustomize(CRD_DIR)
     assert sorted(d["metadata"]["name"] for d in docs) == ["devserverflavors.torchdev.io",
                                                            "devservers.torchdev.io", "devusers.torchdev.io",
+                                                           "ephemeralaccelerationjobs.torchdev.io",
                                                            "trainingjobs.torchdev.io", "usagerecords.torchdev.io"]
     for d in docs:
         assert d == CRDS[d["spec"]["names"]["kind"]]

@@ -2,8 +2,8 @@
 
     torchdev-exporter [--kubeconfig PATH] [--port 8686] [--address 0.0.0.0]
 
-Reads the cluster through watches: DevServers and TrainingJobs in every namespace and the
-DevServerFlavors, each listed once, then watched from the list's resourceVersion; a watch
+Reads the cluster through watches: DevServers, TrainingJobs and EphemeralAccelerationJobs in
+every namespace and the DevServerFlavors, each listed once, then watched from the list's resourceVersion; a watch
 that ends (the server's timeout) is resumed from the last resourceVersion it delivered, and
 only 410 Gone or an error relists, replacing what the exporter holds (an object deleted
 while the watch was down disappears).  No polling loop: a scrape computes the series from
@@ -103,7 +103,8 @@ class Exporter:
         for what, replace, apply, delete in (
                 ("devserverflavors", store.replace_flavors, store.apply_flavor, store.delete_flavor),
                 ("devservers", store.replace, store.apply, store.delete),
-                ("trainingjobs", store.replace_trainingjobs, store.apply_trainingjob, store.delete_trainingjob)):
+                ("trainingjobs", store.replace_trainingjobs, store.apply_trainingjob, store.delete_trainingjob),
+                ("ephemeralaccelerationjobs", store.replace_eajs, store.apply_eaj, store.delete_eaj)):
             t = threading.Thread(target=watch_forever, args=(lister(what), replace, apply, delete, self.stop, what),
                                  name=f"watch-{what}", daemon=True)
             t.start()
@@ -117,7 +118,7 @@ class Exporter:
     def synced(self) -> bool:
         """Whether every kind has been listed once (the counters' baseline is taken)."""
         with self.store.lock:
-            return {"flavors", "devservers", "trainingjobs"} <= self.store.listed
+            return {"flavors", "devservers", "trainingjobs", "ephemeralaccelerationjobs"} <= self.store.listed
 
     def close(self) -> None:
         self.stop.set()

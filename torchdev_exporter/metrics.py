@@ -103,6 +103,10 @@ class Store:
         self.tj_failed: dict[tuple[str, str], float] = {}       # (namespace, reason)
         self.tj_restarts: dict[tuple[str], float] = {}          # (namespace,)
         self._tj_seen: dict[tuple[str, str], dict] = {}         # uid-keyed: created, final, restarts counted
+        # EphemeralAccelerationJobs: the live ones, and the finished ones counted once (by uid)
+        self.eajs: dict[tuple[str, str], dict] = {}
+        self.eaj_finished: dict[tuple[str, str, str], float] = {}  # (namespace, phase, reason)
+        self._eaj_final: dict[tuple[str, str], bool] = {}          # (namespace, uid) -> counted final
 
     # -- lists (the baseline, then a relist's replacement) --------------------------------------
     def replace_flavors(self, flavors: list[dict]) -> None:
@@ -122,6 +126,12 @@ class Store:
             self._replace("trainingjobs", self.trainingjobs, jobs,
                           gone=lambda key, old: self._tj_seen.pop((key[0], _uid(old)), None),
                           seen=lambda key, tj, baseline: self._count_trainingjob(tj, baseline=baseline))
+
+    def replace_eajs(self, jobs: list[dict]) -> None:
+        with self.lock:
+            self._replace("ephemeralaccelerationjobs", self.eajs, jobs,
+                          gone=lambda key, old: self._eaj_final.pop((key[0], _uid(old)), None),
+                          seen=lambda key, job, baseline: self._count_eaj(job, baseline=baseline))
 
     def _replace(self, kind: str, held: dict, items: list[dict], gone, seen) -> None:
         """``held`` becomes ``items``: ``gone(key, old)`` for each object no longer listed,
@@ -167,6 +177,43 @@ class Store:
             key = _key(tj)
             self.trainingjobs.pop(key, None)
             self._tj_seen.pop((key[0], _uid(tj)), None)
+
+    def apply_eaj(self, job: dict) -> None:
+        with self.lock:
+            self.eajs[_key(job)] = job
+            self._count_eaj(job)
+
+    def delete_eaj(self, job: dict) -> None:
+        with self.lock:
+            key = _key(job)
+            self.eajs.pop(key, None)
+            self._eaj_final.pop((key[0], _uid(job)), None)
+
+    def _count_eaj(self, job: dict, baseline: bool = False) -> None:
+        """A job is counted once, when it reaches Succeeded or Failed (its reason: the True
+        condition of that type).  ``baseline``: the first list's jobs are remembered, not counted."""
+        meta, status = job.get("metadata") or {}, job.get("status") or {}
+        key = (meta.get("namespace") or "", _uid(job))
+        phase = status.get("phase")
+        final = phase in ("Succeeded", "Failed")
+        if baseline or self._eaj_final.get(key):
+            self._eaj_final[key] = final or bool(self._eaj_final.get(key))
+            return
+        self._eaj_final[key] = final
+        if final:
+            reason = (_condition(job, phase) or {}).get("reason") or phase
+            k = (key[0], phase, reason)
+            self.eaj_finished[k] = self.eaj_finished.get(k, 0) + 1
+
+    def eaj_gauges(self) -> dict[str, dict[tuple, float]]:
+        out: dict[str, dict[tuple, float]] = {"jobs": {}, "volumes": {}}
+        with self.lock:
+            for (ns, _name), job in self.eajs.items():
+                phase = (job.get("status") or {}).get("phase") or "Pending"
+                out["jobs"][(ns, phase)] = out["jobs"].get((ns, phase), 0) + 1
+                if ((_condition(job, "ArtifactsAvailable") or {}).get("status")) == "True":
+                    out["volumes"][(ns,)] = out["volumes"].get((ns,), 0) + 1
+        return out
 
     def _count_trainingjob(self, tj: dict, baseline: bool = False) -> None:
         """Created once per object (uid), completed/failed once at the final state, restarts by
@@ -414,6 +461,20 @@ def collect(store: Store) -> Iterable:
         for key, value in sorted(values.items()):
             fam.add_metric(list(key), value)
         yield fam
+    e = store.eaj_gauges()
+    with store.lock:
+        eaj_finished = dict(store.eaj_finished)
+    yield gauge("torchdev_ephemeralaccelerationjobs", "EphemeralAccelerationJobs by namespace and phase.",
+                ["namespace", "phase"], e["jobs"])
+    yield gauge("torchdev_ephemeralaccelerationjob_artifact_volumes",
+                "Artifacts volumes still held by EphemeralAccelerationJobs (ArtifactsAvailable True).", ["namespace"],
+                e["volumes"])
+    fam = CounterMetricFamily("torchdev_ephemeralaccelerationjob_finished",
+                              "EphemeralAccelerationJobs finished, by phase and reason (the True condition's).",
+                              labels=["namespace", "phase", "reason"])
+    for key, value in sorted(eaj_finished.items()):
+        fam.add_metric(list(key), value)
+    yield fam
     fam = HistogramMetricFamily("torchdev_time_to_ready_seconds",
                                 "Time to Ready of each start of a DevServer (status.startup.totalSeconds), per flavor.",
                                 labels=["flavor"])

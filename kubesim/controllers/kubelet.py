@@ -6,7 +6,11 @@ conditions. Containers become ready `kubesim.io/ready-after` seconds (default 0.
 after they start. `kubesim.io/fail-after: N` makes the first container exit 1 N
 seconds after each start: with restartPolicy Always/OnFailure it is restarted after
 a short CrashLoopBackOff (restartCount++, lastState terminated), with Never the pod
-fails; `kubesim.io/exit-code` (default 1) is that exit code. `kubesim.io/succeed-after: N` makes every container exit 0 after N seconds:
+fails; `kubesim.io/exit-code` (default 1) is that exit code.  What the container wrote to its
+terminationMessagePath is `kubesim.io/termination-message`: the terminated state's `message`,
+as a kubelet reports it; with terminationMessagePolicy FallbackToLogsOnError, a failed
+container that wrote none reports the end of its log (`kubesim.io/log`: the last 80 lines,
+at most 2048 bytes). `kubesim.io/succeed-after: N` makes every container exit 0 after N seconds:
 the pod Succeeds unless restartPolicy is Always (then the containers restart).
 
 Timing is kept in memory per pod uid against time.monotonic(); the simulator is a
@@ -31,6 +35,10 @@ READY_AFTER = "kubesim.io/ready-after"
 FAIL_AFTER = "kubesim.io/fail-after"
 SUCCEED_AFTER = "kubesim.io/succeed-after"
 EXIT_CODE = "kubesim.io/exit-code"
+TERMINATION_MESSAGE = "kubesim.io/termination-message"
+LOG = "kubesim.io/log"
+# kubelet's FallbackToLogsOnError: the last 80 lines of the log, at most 2048 bytes
+LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048
 DEFAULT_READY_AFTER = 0.2
 EPS = 0.001
 
@@ -44,6 +52,19 @@ def _seconds(pod: Obj, key: str, default: float | None) -> float | None:
     except ValueError:
         return default
     return max(v, 0.0)
+
+
+def termination_message(pod: Obj, exit_code: int) -> str:
+    """The first container's termination message: what it wrote to its terminationMessagePath
+    (the annotation), else with FallbackToLogsOnError and a failure the tail of its log."""
+    written = annotation(pod, TERMINATION_MESSAGE)
+    if written:
+        return str(written)[:4096]
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    if exit_code and containers[0].get("terminationMessagePolicy") == "FallbackToLogsOnError":
+        tail = "\n".join(str(annotation(pod, LOG) or "").splitlines()[-LOG_TAIL_LINES:])
+        return tail.encode()[-LOG_TAIL_BYTES:].decode(errors="ignore")
+    return ""
 
 
 def backoff(restarts: int) -> float:
@@ -191,6 +212,9 @@ class Kubelet(Controller):
                                            "reason": "Error" if exit_code else "Completed",
                                            "startedAt": run.run_start_ts, "finishedAt": end_ts,
                                            "containerID": self._cid(run, 0)}}
+                    message = termination_message(pod, exit_code)
+                    if message:
+                        term["terminated"]["message"] = message
                     if restart:
                         run.restarts += 1
                         run.last_state = term

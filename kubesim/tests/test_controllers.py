@@ -415,6 +415,27 @@ async def test_kubelet_fail_after_never_fails(api):
     assert not is_true(got, "Ready")
 
 
+@pytest.mark.parametrize("annotations, policy, message", [
+    ({"kubesim.io/termination-message": "input /x does not exist"}, "File", "input /x does not exist"),
+    ({"kubesim.io/termination-message": "wrote this", "kubesim.io/log": "log"}, "FallbackToLogsOnError", "wrote this"),
+    ({"kubesim.io/log": "\n".join("line %d" % i for i in range(100))}, "FallbackToLogsOnError",
+     "\n".join("line %d" % i for i in range(20, 100))),
+    ({"kubesim.io/log": "only the log"}, "File", None),
+])
+async def test_kubelet_termination_message(api, annotations, policy, message):
+    """The terminated state's message: what the container wrote to its termination message path,
+    else, with FallbackToLogsOnError, the last 80 lines of its log (a kubelet's rules)."""
+    name = "term-%d" % (len(annotations) + len(policy) + len(message or ""))
+    body = pod(name, annotations=dict(annotations, **{"kubesim.io/fail-after": "0.02", "kubesim.io/exit-code": "3"}),
+               restartPolicy="Never")
+    body["spec"]["containers"][0]["terminationMessagePolicy"] = policy
+    api.create("pods", body)
+    got = await wait_for(lambda: api.get("pods", NS, name)["status"].get("phase") == "Failed"
+                         and api.get("pods", NS, name), what="Failed")
+    term = got["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 3 and term.get("message") == message
+
+
 @pytest.mark.parametrize("policy, phase", [("Never", "Succeeded"), ("OnFailure", "Succeeded")])
 async def test_kubelet_succeed_after(api, policy, phase):
     api.create("pods", pod("job", annotations={"kubesim.io/succeed-after": "0.05"},

@@ -125,3 +125,38 @@ TRAININGJOB_REASONS = {
                "InvalidSpec", "InsufficientGPUs"),
     "Degraded": ("AsExpected", "InvalidSpec", "InsufficientGPUs", "ReconcileError"),
 }
+
+# --- EphemeralAccelerationJob (module_utils/ephemeralaccelerationjob*.py, torchdev_infer, devctl infer) ---------
+EAJ_LABEL = API_GROUP + "/ephemeralaccelerationjob"
+# The job's volume, mounted at EAJ_ARTIFACTS_DIR in the inference pod and devctl's helper pods;
+# spec paths (model file, input, output) are paths in it.
+EAJ_ARTIFACTS_DIR = "/artifacts"
+EAJ_CLAIM_PREFIX = "artifacts-"
+EAJ_POD_PREFIX = "ephemeralaccelerationjob-"
+# The torchdev_infer runner (roles/ephemeralaccelerationjob/files/torchdev_infer): ConfigMap
+# <name>-infer, mounted here and on the container's PYTHONPATH.
+EAJ_RUNNER_DIR = "/opt/torchdev/infer"
+EAJ_RUNNER_SUFFIX = "-infer"
+# The built-in models (torchvision) and the model files the runner loads from the volume.
+EAJ_MODELS = ("resnet50", "mobilenet_v3_small")
+EAJ_MODEL_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".safetensors")
+EAJ_PHASES = ("Pending", "Running", "Succeeded", "Failed")
+EAJ_FINAL_PHASES = ("Succeeded", "Failed")
+# The runner's exit codes (torchdev_infer.runner: the same numbers) -> the Failed reason.
+EAJ_EXIT_REASONS = {3: "InputNotFound", 4: "InputUnreadable", 5: "UnknownModel", 6: "ModelLoadFailed",
+                    7: "OutputNotWritable", 1: "InferenceFailed"}
+EAJ_REASONS = {
+    "Succeeded": ("InferenceSucceeded", "Pending", "Running", "Failed"),
+    "Failed": ("InputNotFound", "InputUnreadable", "UnknownModel", "ModelLoadFailed", "OutputNotWritable",
+               "InferenceFailed", "PodFailed", "ImagePullFailed", "PodDeleted", "InvalidSpec",
+               "Pending", "Running", "Succeeded"),
+    "ArtifactsAvailable": ("Bound", "ClaimPending", "Expired", "Deleted"),
+    "Degraded": ("AsExpected", "InvalidSpec", "ReconcileError"),
+}
+# On an artifacts volume devctl detached from its deleted job (devctl infer delete without
+# --delete-pvc): when `devctl infer cleanup` may delete it (RFC 3339); and on every volume devctl
+# creates, its TTL after the job finishes (seconds), for a volume whose job never came.
+EAJ_EXPIRES_ANNOTATION = API_GROUP + "/artifacts-expire-at"
+EAJ_TTL_ANNOTATION = API_GROUP + "/artifacts-ttl"
+# devctl's helper pods (upload, download, copy-file, debug): a small image with tar, wget, sh.
+EAJ_HELPER_IMAGE = "busybox:1.37"

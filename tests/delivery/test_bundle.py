@@ -83,7 +83,8 @@ def test_alm_examples_are_config_samples(csv, manifests):
 
     samples = [o for o in manifests if o["apiVersion"].startswith("torchdev.io/")]
     assert json.loads(csv["metadata"]["annotations"]["alm-examples"]) == samples
-    assert {s["kind"] for s in samples} == {"DevServer", "DevServerFlavor", "DevUser", "TrainingJob"}
+    assert {s["kind"] for s in samples} == {"DevServer", "DevServerFlavor", "DevUser", "TrainingJob",
+                                            "EphemeralAccelerationJob"}
 
 
 def test_descriptors_get_their_descriptions_from_the_crd(csv):

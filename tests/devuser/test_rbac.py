@@ -49,7 +49,12 @@ def test_user_role(deployed):
             assert _allows(rules, "torchdev.io", kind, verb), (kind, verb)
     for res in ("pods", "pods/log", "events"):
         assert _allows(rules, "", res, "get") and _allows(rules, "", res, "list")
+    for res in ("pods/log", "events"):
         assert not _allows(rules, "", res, "create") and not _allows(rules, "", res, "delete")
+    # devctl infer's helper pods (upload, download, copy-file, debug) and the job's volume
+    assert _allows(rules, "", "pods", "create") and _allows(rules, "", "pods", "delete")
+    assert not _allows(rules, "", "pods", "patch") and not _allows(rules, "", "pods", "update")
+    assert _allows(rules, "", "persistentvolumeclaims", "create") and _allows(rules, "", "persistentvolumeclaims", "patch")
     for res in ("pods/exec", "pods/portforward"):
         assert _allows(rules, "", res, "create") and _allows(rules, "", res, "get")
     assert _allows(rules, "kueue.x-k8s.io", "localqueues", "list") and _allows(rules, "kueue.x-k8s.io", "workloads", "get")

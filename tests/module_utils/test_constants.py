@@ -47,3 +47,14 @@ def test_the_training_library_writes_to_the_api_version_it_is_given(monkeypatch)
     assert train_status.StatusWriter("j", "ns", server="http://x").api_version == "torchdev.io/v9"
     monkeypatch.delenv("TORCHDEV_API_VERSION")
     assert train_status.StatusWriter("j", "ns", server="http://x").api_version == C.API_VERSION
+
+
+def test_the_inference_runner_agrees_with_the_constants():
+    """torchdev_infer runs in the inference pod without the collection: its exit codes name the
+    Failed reasons of constants.EAJ_EXIT_REASONS, its models and paths are the constants'."""
+    from torchdev_infer import runner
+
+    assert {code: reason for reason, code in runner.EXIT_CODES.items()} == C.EAJ_EXIT_REASONS
+    assert set(C.EAJ_EXIT_REASONS.values()) <= set(C.EAJ_REASONS["Failed"])
+    assert runner.BUILTIN_MODELS == C.EAJ_MODELS and runner.MODEL_SUFFIXES == C.EAJ_MODEL_SUFFIXES
+    assert runner.MOUNT == C.EAJ_ARTIFACTS_DIR

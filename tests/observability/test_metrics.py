@@ -210,3 +210,34 @@ def test_idle_servers_with_gpus_are_counted_by_user_and_flavor():
     assert {k: v for k, v in got.items() if k[0] == "torchdev_devservers_idle_with_gpus"} == {
         ("torchdev_devservers_idle_with_gpus", RES): 2}
     assert got[("torchdev_gpus_idle", RES)] == 4
+
+
+def eaj(name, phase, uid="e1", reason=None, volume=True):
+    conds = [{"type": "ArtifactsAvailable", "status": "True" if volume else "False",
+              "reason": "Bound" if volume else "Expired"}]
+    if phase in ("Succeeded", "Failed"):
+        conds.append({"type": phase, "status": "True", "reason": reason or "InferenceSucceeded"})
+    return {"metadata": {"name": name, "namespace": "ml", "uid": uid}, "status": {"phase": phase, "conditions": conds}}
+
+
+def test_ephemeralaccelerationjob_series():
+    store = Store(clock=lambda: 0.0)
+    store.replace_eajs([eaj("old", "Failed", uid="e0", reason="InputNotFound"), eaj("run", "Running", uid="e1")])
+    got = samples(store)
+    assert not [k for k in got if k[0] == "torchdev_ephemeralaccelerationjob_finished_total"]  # the baseline
+    assert got[("torchdev_ephemeralaccelerationjob_artifact_volumes", (("namespace", "ml"),))] == 2
+    for change in (eaj("run", "Succeeded", uid="e1"), eaj("run", "Succeeded", uid="e1"),  # counted once
+                   eaj("bad", "Failed", uid="e2", reason="UnknownModel"), eaj("run", "Succeeded", uid="e1", volume=False),
+                   eaj("new", "Pending", uid="e3")):
+        store.apply_eaj(change)
+    store.delete_eaj(eaj("old", "Failed", uid="e0"))
+    got = {k: v for k, v in samples(store).items() if "ephemeralaccelerationjob" in k[0]}
+    ml = ("namespace", "ml")
+    assert got == {
+        ("torchdev_ephemeralaccelerationjobs", (ml, ("phase", "Succeeded"))): 1,
+        ("torchdev_ephemeralaccelerationjobs", (ml, ("phase", "Failed"))): 1,
+        ("torchdev_ephemeralaccelerationjobs", (ml, ("phase", "Pending"))): 1,
+        ("torchdev_ephemeralaccelerationjob_artifact_volumes", (ml,)): 2,  # bad and new; run's volume expired
+        ("torchdev_ephemeralaccelerationjob_finished_total", (ml, ("phase", "Succeeded"), ("reason", "InferenceSucceeded"))): 1,
+        ("torchdev_ephemeralaccelerationjob_finished_total", (ml, ("phase", "Failed"), ("reason", "UnknownModel"))): 1,
+    }, got

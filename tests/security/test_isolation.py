@@ -105,12 +105,15 @@ OWN_ALLOWED = [
     Access("", "pods/portforward", "create"), Access("", "events", "list"), Access("", "services", "get"),
     Access("apps", "statefulsets", "get"), Access("", "persistentvolumeclaims", "delete"),
     Access("", "resourcequotas", "get"), Access("", "namespaces", "get"),
+    # devctl infer: the job's volume and the helper pods that move files in and out of it
+    Access("", "persistentvolumeclaims", "create"), Access("", "persistentvolumeclaims", "patch"),
+    Access("", "pods", "create"), Access("", "pods", "delete"),
 ] + [Access("torchdev.io", "usagerecords", v) for v in ("get", "list", "watch")]
 OWN_DENIED = [
     Access("", "secrets", "get"), Access("", "secrets", "list"),       # the ssh-public-keys Secret
-    Access("", "pods", "create"), Access("", "pods", "delete"),          # pods only through DevServers
+    Access("", "pods", "update"), Access("", "pods", "patch"),          # no changing the operator's pods
     Access("apps", "statefulsets", "patch"), Access("", "services", "create"), Access("", "configmaps", "patch"),
-    Access("", "persistentvolumeclaims", "create"), Access("", "resourcequotas", "patch"),
+    Access("", "persistentvolumeclaims", "update"), Access("", "resourcequotas", "patch"),
     Access("", "limitranges", "delete"), Access("networking.k8s.io", "networkpolicies", "delete"),
     Access("rbac.authorization.k8s.io", "rolebindings", "create"), Access("", "namespaces", "delete"),
     Access("kueue.x-k8s.io", "localqueues", "patch"), Access("torchdev.io", "devservers/status", "patch"),

@@ -9,25 +9,17 @@ import copy
 
 import pytest
 
+from _support import admission_model, rejected
 from _tj_helpers import CRD, GROUP, VERSION, load, seed_examples, tj
 
 
 @pytest.fixture(scope="module")
 def model():
-    from kubesim import validation
-
-    crd = load(CRD)
-    validation.validate_crd(copy.deepcopy(crd))
-    return validation.CRDModel(crd).version(VERSION)
+    return admission_model(CRD)
 
 
 def _reject(model, obj, old=None) -> str:
-    from kubesim.errors import ApiError
-
-    with pytest.raises(ApiError) as ei:
-        model.admit(obj, old=old)
-    assert ei.value.code == 422
-    return ei.value.message
+    return rejected(model, obj, old)
 
 
 def test_names_and_columns():

@@ -1,0 +1,263 @@
+"""End to end: kubesim + the local runtime + the real ephemeralaccelerationjob role, and the
+devctl infer workflow: create (volume, upload, job) -> the operator runs the inference pod ->
+watch -> download.
+
+The simulated kubelet runs no code, so the tests play the inference container: they end the
+pod with kubesim.io/succeed-after or fail-after, the runner's exit code and its termination
+message (what torchdev_infer writes to /dev/termination-log).  In the workflow tests that is
+the real torchdev_infer runner, run with the pod's own arguments on the pod's volume
+(kubesim keeps a volume's files in a directory of its own, the same that pods/exec reads
+and writes), and the results downloaded are checked against a plain PyTorch forward pass.
+
+The runtime runs only the EphemeralAccelerationJob watch of watches.yaml, with its watch
+period (ephemeralaccelerationjob_watch_period) at 1 s: the tests wait for the role's own
+progress, a shorter look-again keeps them quick."""
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+import pytest
+
+from _e2e_helpers import GROUP, ROOT, VERSION
+from _infer_models import LABELS, assert_matches, reference, tiny, write_image
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+PLURAL = "ephemeralaccelerationjobs"
+
+
+@pytest.fixture(scope="module")
+def runtime(sim, kube):
+    """The EphemeralAccelerationJob watch alone (one controller, its informers)."""
+    from torchdev_runtime.runtime import Runtime, collections_environ
+    from torchdev_runtime.watches import load_watches, watch_replace
+
+    cfg = str(ROOT / "ansible.cfg")
+    watches = [watch_replace(w, vars=dict(w.vars or {}, ephemeralaccelerationjob_watch_period=1))
+               for w in load_watches(str(ROOT / "watches.yaml"), environ=collections_environ(cfg))
+               if w.gvk.kind == "EphemeralAccelerationJob"]
+    assert len(watches) == 1
+    with Runtime(watches=watches, kubeconfig=sim.kubeconfig, ansible_config=cfg, max_concurrent_reconciles=2) as rt:
+        yield rt
+
+
+def job(name, **spec):
+    body = {"model": "/artifacts/model.pt", "input": {"type": "directory", "path": "/artifacts/images"},
+            "resources": {"gpu": 0}}
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "EphemeralAccelerationJob", "metadata": {"name": name},
+            "spec": body}
+
+
+def get(kube, ns, name):
+    return kube["custom"].get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+
+def cond(obj, ctype):
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
+
+
+def wait_phase(sim, kube, ns, name, phase, timeout=90):
+    return sim.wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("phase") == phase else None)(
+        get(kube, ns, name)), timeout, interval=0.1, message=f"{ns}/{name} {phase}")
+
+
+def pod_of(kube, ns, name):
+    pods = kube["core"].list_namespaced_pod(ns, field_selector=f"metadata.name=ephemeralaccelerationjob-{name}").items
+    return pods[0] if pods and not pods[0].metadata.deletion_timestamp else None
+
+
+def claim_of(kube, ns, name):
+    claims = kube["core"].list_namespaced_persistent_volume_claim(ns, field_selector=f"metadata.name=artifacts-{name}").items
+    return claims[0] if claims and not claims[0].metadata.deletion_timestamp else None
+
+
+def end_pod(kube, ns, name, **annotations):
+    pod = pod_of(kube, ns, name)
+    assert pod is not None
+    kube["core"].patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": annotations}})
+
+
+def deleted_at(sim, ns, resource, name):
+    """When the operator's DELETE of the object reached the API (the simulator's request log)."""
+    times = [r["time"] for r in sim.requests(20000) if r["verb"] == "delete"
+             and r["path"].endswith(f"/namespaces/{ns}/{resource}/{name}")]
+    assert len(times) == 1, times
+    return datetime.datetime.fromtimestamp(times[0], datetime.timezone.utc)
+
+
+def parse(ts):
+    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def test_success_then_the_pod_and_the_volume_go_at_their_ttls(sim, kube, runtime, ns):
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(
+        "ok", ttlSecondsAfterFinished=1, pvcTTLSecondsAfterFinished=3))
+    running = wait_phase(sim, kube, ns, "ok", "Running")
+    assert running["status"]["startedAt"] and running["status"]["podName"] == "ephemeralaccelerationjob-ok"
+    assert cond(running, "ArtifactsAvailable")["status"] == "True"
+    owner = get(kube, ns, "ok")["metadata"]["uid"]
+    pod = pod_of(kube, ns, "ok")
+    spec = pod.spec
+    assert spec.restart_policy == "Never" and spec.containers[0].command == ["python", "-m", "torchdev_infer"]
+    assert spec.containers[0].args[:2] == ["--model", "/artifacts/model.pt"]
+    assert spec.containers[0].termination_message_policy == "FallbackToLogsOnError"
+    assert "nvidia.com/gpu" not in (spec.containers[0].resources.limits or {}) and not spec.tolerations
+    volumes = {v.name: v for v in spec.volumes}
+    assert volumes["artifacts"].persistent_volume_claim.claim_name == "artifacts-ok"
+    assert {m.mount_path for m in spec.containers[0].volume_mounts} >= {"/artifacts", "/opt/torchdev/infer"}
+    runner = kube["core"].read_namespaced_config_map("ok-infer", ns)
+    assert "def run(" in runner.data["runner.py"]
+    claim = claim_of(kube, ns, "ok")
+    assert claim.spec.access_modes == ["ReadWriteOnce"] and claim.spec.resources.requests["storage"] == "1Gi"
+    for obj in (pod, runner, claim):
+        assert [(r.uid, r.controller) for r in obj.metadata.owner_references] == [(owner, True)]
+
+    end_pod(kube, ns, "ok", **{"kubesim.io/succeed-after": "0"})
+    done = wait_phase(sim, kube, ns, "ok", "Succeeded")["status"]
+    assert done["artifactPath"] == "/artifacts/output.json" and done["exitCode"] == 0
+    finished = parse(done["finishedAt"])
+    assert parse(done["artifactsExpireAt"]) == finished + datetime.timedelta(seconds=3)
+    assert cond(get(kube, ns, "ok"), "Succeeded")["reason"] == "InferenceSucceeded"
+    # deleted at their TTLs, through requeues at those times (the watch's resync is 10h away):
+    # not before them, and the pod before the volume it uses
+    sim.wait_for(lambda: pod_of(kube, ns, "ok") is None, 120, interval=0.1, message="the pod deleted at its TTL")
+    sim.wait_for(lambda: claim_of(kube, ns, "ok") is None, 120, interval=0.1, message="the volume deleted at its TTL")
+    pod_deleted = deleted_at(sim, ns, "pods", "ephemeralaccelerationjob-ok")
+    claim_deleted = deleted_at(sim, ns, "persistentvolumeclaims", "artifacts-ok")
+    assert finished + datetime.timedelta(seconds=1) <= pod_deleted
+    assert finished + datetime.timedelta(seconds=3) <= claim_deleted
+    assert pod_deleted < claim_deleted
+    obj = sim.wait_for(lambda: (lambda o: o if cond(o, "ArtifactsAvailable").get("reason") == "Expired" else None)(
+        get(kube, ns, "ok")), 30, interval=0.1, message="ArtifactsAvailable Expired")
+    assert obj["status"]["phase"] == "Succeeded" and cond(obj, "ArtifactsAvailable")["status"] == "False"
+
+    # settled: a reconcile of the finished job makes no request at all, and asks for no requeue
+    runtime.wait_idle(60)
+    sim.reset_metrics()
+    reset = time.time()
+    runtime.enqueue("EphemeralAccelerationJob", ns, "ok")
+    record = sim.wait_for(lambda: next((r for r in runtime.history("EphemeralAccelerationJob")
+                                        if r.name == "ok" and r.started > reset and r.duration), None),
+                          60, message="a reconcile of the settled job")
+    assert record.ok and record.ansible.get("changed", 0) == 0, record
+    # the role made none; the one GET is the operator's own re-read of the job after a run
+    # (ansible-operator's reconcile does the same)
+    requests = [(r["verb"], r["path"].rsplit("/", 2)[-2:]) for r in sim.requests() if ns in r["path"]]
+    assert requests == [("get", [PLURAL, "ok"])], requests
+
+
+def looks(runtime, name):
+    return len([r for r in runtime.history("EphemeralAccelerationJob") if r.name == name])
+
+
+def test_a_running_job_costs_reads_only_and_a_failure_keeps_the_volume(sim, kube, runtime, ns):
+    from kubesim.metrics import WRITE_VERBS
+
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job("bad"))
+    wait_phase(sim, kube, ns, "bad", "Running")
+    count = looks(runtime, "bad")
+    sim.wait_for(lambda: looks(runtime, "bad") > count, 60, message="one more look at the running pod")
+    sim.reset_metrics()
+    reset = time.time()
+    record = sim.wait_for(lambda: next((r for r in runtime.history("EphemeralAccelerationJob")
+                                        if r.name == "bad" and r.started > reset and r.duration), None),
+                          60, message="a whole look at the unchanged running job, after the reset")
+    assert record.ok and record.ansible.get("changed", 0) == 0, record
+    writes = [r for r in sim.requests() if r.get("verb") in WRITE_VERBS and ns in r["path"]]
+    assert writes == [], writes  # not even a status write
+    assert sim.metrics()["by_verb"].get("get", 0) > 0  # it did look
+
+    end_pod(kube, ns, "bad", **{"kubesim.io/fail-after": "0", "kubesim.io/exit-code": "3",
+                                "kubesim.io/termination-message": "input directory /artifacts/images does not exist"})
+    obj = wait_phase(sim, kube, ns, "bad", "Failed")
+    st = obj["status"]
+    assert st["message"] == "input directory /artifacts/images does not exist" and st["exitCode"] == 3
+    failed = cond(obj, "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "InputNotFound"
+    assert not st.get("artifactPath") and st["artifactsExpireAt"]
+    sim.wait_for(lambda: pod_of(kube, ns, "bad") is None, 60, interval=0.1, message="the pod deleted (TTL 0)")
+    assert claim_of(kube, ns, "bad") is not None  # the artifacts stay until pvcTTLSecondsAfterFinished
+    assert cond(get(kube, ns, "bad"), "ArtifactsAvailable")["status"] == "True"
+
+
+# -- the devctl workflow, with the real runner ------------------------------------------------------
+def devctl(sim, ns, *args):
+    from click.testing import CliRunner
+
+    from devctl.main import cli
+
+    return CliRunner().invoke(cli, ["--kubeconfig", sim.kubeconfig, "-n", ns, *map(str, args)], catch_exceptions=False)
+
+
+def run_the_pod(sim, kube, ns, name, log_dir):
+    """What the inference container would do: the runner with the pod's arguments, the pod's
+    volume as /artifacts; then the pod ends with its exit code and termination message."""
+    import torchdev_infer
+
+    pod = sim.wait_for(lambda: pod_of(kube, ns, name), 60, interval=0.1, message="the inference pod")
+    assert pod.spec.containers[0].command == ["python", "-m", "torchdev_infer"]
+    claim = kube["core"].read_namespaced_persistent_volume_claim(f"artifacts-{name}", ns)
+    volume = sim.call(sim.cluster.server.volumes.pv_dir, claim.spec.volume_name)
+    args = list(pod.spec.containers[0].args)
+    args[args.index("--artifacts-dir") + 1] = volume
+    code = torchdev_infer.main(args + ["--termination-log", str(log_dir / "termination-log")])
+    annotations = {"kubesim.io/succeed-after": "0"} if code == 0 else {
+        "kubesim.io/fail-after": "0", "kubesim.io/exit-code": str(code),
+        "kubesim.io/termination-message": (log_dir / "termination-log").read_text()}
+    kube["core"].patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": annotations}})
+    return code
+
+
+def test_create_run_watch_download(sim, kube, runtime, ns, tmp_path, capsys):
+    import torch
+
+    project = tmp_path / "project"
+    (project / "images").mkdir(parents=True)
+    net = tiny(11)
+    torch.jit.save(torch.jit.script(net), str(project / "classifier.pt"),
+                   _extra_files={"labels.json": json.dumps(LABELS)})
+    for i, size in enumerate(((256, 256), (300, 260), (240, 320))):
+        write_image(project / "images" / f"img{i}.png", *size, seed=20 + i)
+
+    result = devctl(sim, ns, "infer", "create", "cls", "--project-dir", project, "--input-path", "/artifacts/images",
+                    "--model", "/artifacts/classifier.pt", "--output-path", "/artifacts/results/output.json",
+                    "--gpus", "0", "--pvc-ttl", "600")
+    assert result.exit_code == 0, result.output
+    assert "uploaded" in result.stderr and "ephemeralaccelerationjob.torchdev.io/cls created" in result.stdout
+    obj = get(kube, ns, "cls")
+    assert obj["spec"]["input"] == {"type": "directory", "path": "/artifacts/images"}
+
+    assert run_the_pod(sim, kube, ns, "cls", tmp_path) == 0
+    result = devctl(sim, ns, "infer", "watch", "cls", "--timeout", "90")
+    assert result.exit_code == 0, result.output
+    assert "results: /artifacts/results/output.json in artifacts-cls" in result.stderr
+    claim = kube["core"].read_namespaced_persistent_volume_claim("artifacts-cls", ns)
+    owner = get(kube, ns, "cls")["metadata"]["uid"]
+    assert [r.uid for r in claim.metadata.owner_references] == [owner]  # the role adopted devctl's volume
+
+    result = devctl(sim, ns, "infer", "download", "cls", "--to", tmp_path / "back")
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "back" / "results" / "output.json").read_text())
+    assert doc["model"] == "/artifacts/classifier.pt" and doc["device"] == "cpu" and doc["images"] == 3
+    for entry in doc["results"]:
+        assert_matches(entry["top5"], reference(net, project / entry["image"][len("/artifacts/"):]), LABELS)
+    got = json.loads(devctl(sim, ns, "infer", "get", "cls", "-o", "json").stdout)
+    assert got["status"]["phase"] == "Succeeded" and got["status"]["artifactPath"] == "/artifacts/results/output.json"
+
+
+def test_the_runners_failure_reaches_the_status(sim, kube, runtime, ns, tmp_path):
+    result = devctl(sim, ns, "infer", "create", "nofile", "--input-path", "/artifacts/missing.jpg",
+                    "--model", "/artifacts/classifier.pt", "--gpus", "0")
+    assert result.exit_code == 0, result.output
+    assert run_the_pod(sim, kube, ns, "nofile", tmp_path) == 3  # the runner's InputNotFound
+    result = devctl(sim, ns, "infer", "watch", "nofile", "--timeout", "90")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == \
+        "error: job nofile failed (InputNotFound): input image /artifacts/missing.jpg does not exist"
+    assert wait_phase(sim, kube, ns, "nofile", "Failed")["status"]["exitCode"] == 3
