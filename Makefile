@@ -29,6 +29,10 @@ KUBECTL := $(BIN)/kubectl
 METRICS_PORT ?= 8686
 RUNTIME_METRICS_PORT ?= 8080
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# pytest workers of make test (pytest-xdist, a test file per worker at a time): most of an
+# end-to-end test's time is waiting for the operator and for deadlines, so more workers than
+# cores shorten the run; 1 runs the files one after another.
+TEST_WORKERS ?= 4
 
 .PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
 	release-check bundle bundle-validate bundle-build test-image
@@ -48,8 +52,8 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e), molecule, lint
-	$(BIN)/python -m pytest -q
+test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e; TEST_WORKERS files at a time), molecule, lint
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory checkov
