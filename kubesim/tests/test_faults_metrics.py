@@ -136,13 +136,13 @@ def test_dropped_connection(env, via):
 def test_latency(env, via):
     sim, http, ns = env
     path = f"/api/v1/namespaces/{ns}/configmaps"
-    add_fault(sim, via, verb="list", resource="configmaps", count=1, code=None, latency_ms=300)
+    add_fault(sim, via, verb="list", resource="configmaps", count=1, code=None, latency_ms=1500)
     t0 = time.monotonic()
     assert http.get(path)[0] == 200
-    assert time.monotonic() - t0 >= 0.3
+    assert time.monotonic() - t0 >= 1.5
     t0 = time.monotonic()
-    assert http.get(path)[0] == 200  # count exhausted: fast again
-    assert time.monotonic() - t0 < 0.25
+    assert http.get(path)[0] == 200  # count exhausted: no latency again (room for a busy machine)
+    assert time.monotonic() - t0 < 1.0
     # latency and an error together
     add_fault(sim, via, verb="list", resource="configmaps", count=1, code=500, latency_ms=200)
     t0 = time.monotonic()

@@ -192,7 +192,7 @@ def test_timeout_seconds_ends_stream(quiet, ns):
     assert resp.headers["Content-Type"].startswith("application/json")
     body = resp.read()
     assert body == b""  # nothing happened, nothing sent
-    assert 0.9 <= time.monotonic() - t0 < 3
+    assert 0.9 <= time.monotonic() - t0 < 15  # ended by timeoutSeconds (a busy machine may be late)
 
 
 def test_raw_watch_stream_is_newline_delimited_json(quiet, v1, ns):

@@ -98,8 +98,13 @@ def test_flavor_change_rolls_the_pod(sim, kube, runtime, ns):
     obj = wait_ready(sim, kube, ns, "roll")
     assert obj["spec"]["flavor"] == "gpu-a10g-1"
     # the replaced pod is a new start: its time to Ready counts from that pod's creation
-    obj = sim.wait_for(lambda: (lambda o: o if (o["status"].get("startup") or {}).get("complete") else None)(
-        get_ds(kube, ns, "roll")), 60, message="the new start's time to Ready")
+    # (a status written before the old pod went may still show the last start: wait for a
+    # complete start other than that one)
+    def new_start():
+        o = get_ds(kube, ns, "roll")
+        s = o["status"].get("startup") or {}
+        return o if s.get("complete") and s.get("startedAt") != last_start["startedAt"] else None
+    obj = sim.wait_for(new_start, 60, message="the new start's time to Ready")
     began = stamp(obj["status"]["startup"]["startedAt"])
     assert stamp(last_start["readyAt"]) <= began <= second.metadata.creation_timestamp
     ready = {c.type: c.last_transition_time for c in pod(kube, ns, "roll").status.conditions}["Ready"]
