@@ -9,6 +9,8 @@ keep-alive connection:
 * a label-selected list of 1,000 pods (across all namespaces)
 * watch fan-out: 20 watchers on pods; for each of N updates, the delay from the write to
   the moment the last watcher has the event
+* CRD admission: an update of the sample DevServer through its CRD's schema and CEL rules
+  (pruning, defaults, validation, transition rules), in-process
 
 Prints `name: value unit` lines, and ratios to the GET /version floor measured in the same
 run. Client and simulator share one process (the simulator runs on its own thread, as in
@@ -197,6 +199,29 @@ def watch_fanout(sim: KubeSim, namespace: str, watchers: int, updates: int) -> l
     return delays
 
 
+def crd_admit(rounds: int) -> list[float]:
+    """Milliseconds per admission of an update of the sample DevServer by its CRD (schema,
+    defaults, CEL rules with oldSelf)."""
+    import pathlib
+
+    import yaml
+
+    from kubesim import validation
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    crd = yaml.safe_load((root / "config/crd/bases/torchdev.io_devservers.yaml").read_text())
+    obj = yaml.safe_load((root / "config/samples/torchdev_v1alpha1_devserver_standalone.yaml").read_text())
+    obj["metadata"]["namespace"] = "default"
+    schema = validation.CRDModel(crd).version(obj["apiVersion"].split("/")[1])
+    old = schema.admit(obj)
+    times = []
+    for _ in range(max(rounds, 1)):
+        t = time.perf_counter()
+        schema.admit(obj, old)
+        times.append((time.perf_counter() - t) * 1000)
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pods", type=int, default=9000)
@@ -246,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         phase("watch")
         fan = watch_fanout(sim, ns0, args.watchers, args.updates)
         end("watch")
+        admit = crd_admit(args.rounds // 10)
 
         floor = statistics.median(version)
         figures = [
@@ -257,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             (f"list_{n_listed}_p90", pct(lst, 90), "ms"),
             (f"watch_fanout_{args.watchers}_p50", statistics.median(fan), "ms"),
             (f"watch_fanout_{args.watchers}_p99", pct(fan, 99), "ms"),
+            ("crd_admit_devserver_p50", statistics.median(admit), "ms"),
         ]
         for name, value, unit in figures:
             print(f"{name}: {value:.3f} {unit}")

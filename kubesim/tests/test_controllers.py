@@ -27,7 +27,7 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 
 # -- helpers -------------------------------------------------------------------------------
-async def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition",
+async def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition",
                    interval: float = 0.01) -> Any:
     """Poll predicate (404s count as falsy) until truthy; yields to the controllers."""
     deadline = time.monotonic() + timeout
@@ -744,7 +744,7 @@ async def test_job_suspend_and_resume(api):
 async def test_job_deadline_and_ttl(api):
     api.create("jobs.batch", job("slow", {"kubesim.io/succeed-after": "30"},
                                  activeDeadlineSeconds=1, ttlSecondsAfterFinished=0))
-    await wait_for(lambda: gone(api, "jobs.batch", NS, "slow")(), timeout=5, what="ttl delete")
+    await wait_for(lambda: gone(api, "jobs.batch", NS, "slow")(), timeout=60, what="ttl delete")
 
 
 # -- services ------------------------------------------------------------------------------------------

@@ -143,11 +143,14 @@ def trainingjob_lib():
     return Path(tt.__file__).resolve().parents[1]
 
 
-def _start(outdir, store, attempt):
+def _start(outdir, store, attempt, gate=None):
+    """The two workers; with ``gate`` (a path) they hold before their last epoch until it exists."""
     outdir.mkdir(exist_ok=True)
     port = _free_port()
     procs = []
     for i, env in enumerate(_worker_envs(store, port, attempt)):
+        if gate:
+            env["TRAIN_GATE"] = str(gate)
         log = open(outdir / ("worker-%d-attempt-%d.log" % (i, attempt)), "w")
         procs.append(subprocess.Popen([store.python, str(HERE / "train_resume.py"), str(outdir)], env=env,
                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
@@ -274,7 +277,7 @@ def test_killed_workers_resume_and_match_an_uninterrupted_run(tmp_path, stores):
     expected = torch.load(straight / "final.pt")
 
     out = tmp_path / "killed"
-    procs = _start(out, store, 0)
+    procs = _start(out, store, 0, gate=tmp_path / "never")  # killed before its last epoch, always
     try:
         deadline = time.monotonic() + 120
         while store.complete()[-1:] < [3]:  # mid-run: past epoch 3
@@ -285,8 +288,9 @@ def test_killed_workers_resume_and_match_an_uninterrupted_run(tmp_path, stores):
     assert not (out / "final.pt").exists()
     killed_at = store.complete()
     assert killed_at and killed_at[-1] < EPOCHS and len(killed_at) <= 2  # rotation: retention 2
-    # what a kill during a save leaves behind is never taken for the newest checkpoint
-    store.plant_half_written(7)
+    # what a kill during a save leaves behind is never taken for the newest checkpoint (planted
+    # one epoch past the newest complete one, wherever the kill came)
+    store.plant_half_written(killed_at[-1] + 1)
 
     procs = _start(out, store, 1)  # the group restart: every worker again, attempt 1
     _wait(procs, out)

@@ -8,7 +8,9 @@ hand (no DDP bucketing: bit-identical runs).  The library resumes from the newes
 checkpoint, checkpoints every epoch (rotation per TORCHDEV_CHECKPOINT_RETENTION) and reports.
 Rank 0 writes OUTDIR/final.pt (the weights) and OUTDIR/resumed-<attempt>.json (where it started);
 every rank appends the epochs it trained to OUTDIR/epochs-<rank>.log.  TRAIN_EPOCH_SLEEP
-slows the epochs down so that a test can kill the workers mid-run.
+slows the epochs down so that a test can kill the workers mid-run; with TRAIN_GATE set, no rank
+starts the last epoch before that file exists (a run the test kills never finishes first, however
+slowly the test itself is scheduled).
 """
 import datetime
 import json
@@ -45,7 +47,10 @@ def main(outdir):
         with open(os.path.join(outdir, "resumed-%s.json" % os.environ.get("TORCHDEV_ATTEMPT", "0")), "w") as f:
             json.dump({"start": start}, f)
     sleep = float(os.environ.get("TRAIN_EPOCH_SLEEP", "0"))
+    gate = os.environ.get("TRAIN_GATE")
     for epoch in range(start, job.epochs + 1):
+        while gate and epoch == job.epochs and not os.path.exists(gate):
+            time.sleep(0.05)
         x, y = data(epoch, rank, world)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
