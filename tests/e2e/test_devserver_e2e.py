@@ -104,7 +104,7 @@ def test_flavor_change_rolls_the_pod(sim, kube, runtime, ns):
         o = get_ds(kube, ns, "roll")
         s = o["status"].get("startup") or {}
         return o if s.get("complete") and s.get("startedAt") != last_start["startedAt"] else None
-    obj = sim.wait_for(new_start, 60, message="the new start's time to Ready")
+    obj = sim.wait_for(new_start, 120, message="the new start's time to Ready")
     began = stamp(obj["status"]["startup"]["startedAt"])
     assert stamp(last_start["readyAt"]) <= began <= second.metadata.creation_timestamp
     ready = {c.type: c.last_transition_time for c in pod(kube, ns, "roll").status.conditions}["Ready"]

@@ -9,6 +9,7 @@ the devserverflavor role. tests/e2e/test_devserver_e2e.py covers the cluster wit
 """
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -115,12 +116,13 @@ def test_flavors_become_resource_flavors(sim, kube, runtime):
     # an unchanged flavor re-reconciles without writing (its ResourceFlavor included)
     assert runtime.wait_idle(60)
     done = lambda: [r for r in runtime.history("DevServerFlavor") if r.name == FLAVOR]  # noqa: E731
-    count = len(done())
     sim.reset_metrics()
+    mark = time.time()
     runtime.enqueue("DevServerFlavor", "", FLAVOR)
-    sim.wait_for(lambda: len(done()) > count, 60, message="a reconcile of the unchanged flavor")
+    sim.wait_for(lambda: [r for r in done() if r.started >= mark], 120, message="a reconcile of the unchanged flavor")
     assert [r for r in sim.requests() if r["verb"] in ("create", "update", "patch", "delete")] == []
-    assert done()[-1].ok and done()[-1].ansible.get("changed", 0) == 0, done()[-1]
+    record = [r for r in done() if r.started >= mark][-1]
+    assert record.ok and record.ansible.get("changed", 0) == 0, record
 
     # a new flavor gets its ResourceFlavor; deleting the flavor deletes it
     name = f"tmp-{uuid.uuid4().hex[:6]}"
@@ -188,14 +190,15 @@ def assert_reconcile_writes_nothing(sim, runtime, ns, name):
     def settled():
         return done() and not runtime.reconciling("DevServer", ns, name)
 
-    sim.wait_for(settled, 60, message=f"no reconcile of {name} queued or running")
+    sim.wait_for(settled, 120, message=f"no reconcile of {name} queued or running")
     sim.reset_metrics()
-    count = len(done())
+    mark = time.time()  # a reconcile that started after the enqueue (the history is bounded)
     runtime.enqueue("DevServer", ns, name)
-    sim.wait_for(lambda: len(done()) > count and settled(), 60, message=f"a reconcile of unchanged {name}")
+    sim.wait_for(lambda: any(r.started >= mark for r in done()) and settled(), 120,
+                 message=f"a reconcile of unchanged {name}")
     writes = [r for r in sim.requests() if r["verb"] in ("create", "update", "patch", "delete")]
     assert writes == [], writes
-    record = done()[-1]
+    record = [r for r in done() if r.started >= mark][-1]
     assert record.ok and record.ansible.get("changed", 0) == 0, record
 
 
