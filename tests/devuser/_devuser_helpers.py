@@ -87,7 +87,7 @@ def reconcile_again(sim, runtime, kind: str, namespace: str, name: str, timeout:
 def assert_reconcile_writes_nothing(sim, runtime, name: str) -> None:
     """One more reconcile of the settled DevUser `name` makes reads only: zero write requests
     and no changed task."""
-    assert runtime.wait_idle(120)
+    assert runtime.wait_idle(180)
     sim.reset_metrics()
     reconcile_again(sim, runtime, "DevUser", "", name)
     assert sim.writes() == 0, sim.requests()

@@ -191,7 +191,7 @@ def test_check_mode_of_a_settled_devuser_changes_nothing(sim, kube, runtime, tmp
 
     create_devuser(kube, "gus")
     obj = wait_ready(sim, kube, "gus")
-    assert runtime.wait_idle(120)
+    assert runtime.wait_idle(180)
     extra = {"ansible_operator_meta": {"name": "gus", "namespace": ""}, "_torchdev_io_devuser": obj,
              "_torchdev_io_devuser_spec": obj["spec"]}
     (tmp_path / "vars.json").write_text(json.dumps(extra))
@@ -224,7 +224,7 @@ def test_check_mode_of_a_new_devuser_writes_nothing(sim, kube, runtime, tmp_path
     (tmp_path / "vars.json").write_text(json.dumps(extra))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), K8S_AUTH_KUBECONFIG=sim.kubeconfig,
                ANSIBLE_NOCOLOR="1")
-    assert runtime.wait_idle(120)
+    assert runtime.wait_idle(180)
     sim.reset_metrics()
     proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "--check", "-e",
                            f"@{tmp_path / 'vars.json'}", str(ROOT / "playbooks" / "devuser.yml")],

@@ -67,13 +67,13 @@ def test_reconcile_of_unchanged_devserver_writes_nothing(sim, kube, runtime, ns)
     kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
                                                    devserver("idem"))
     wait_ready(sim, kube, ns, "idem")
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     before = runtime.counters("DevServer")["succeeded"]
     sim.reset_metrics()
     runtime.enqueue("DevServer", ns, "idem")
     sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60,
                  message="a second reconcile")
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     assert sim.writes() == 0, sim.requests()
     reads = sim.metrics()["by_verb"]
     assert reads.get("get", 0) > 0  # it did look
@@ -155,7 +155,7 @@ def _kept_running(sim, kube, runtime, ns, name, running, reason, field):
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     assert obj["status"]["sshEndpoint"].startswith(f"{name}-ssh.")  # from the last applied spec
     sim.wait_for(lambda: warning_events(kube, ns, name, reason), 60, message="a Warning Event")
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     sts = kube["apps"].read_namespaced_stateful_set(name, ns)
     assert sts.metadata.resource_version == sts_before.metadata.resource_version  # not touched
     assert pod(kube, ns, name).metadata.uid == pod_uid
@@ -216,7 +216,7 @@ def test_flavor_deleted_under_a_running_server_keeps_it_running(sim, kube, runti
     flavor, _, running = _running_on_a_flavor_of_its_own(sim, kube, ns, "orphan")
 
     kube["custom"].delete_cluster_custom_object(GROUP, VERSION, "devserverflavors", flavor)
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     runtime.enqueue("DevServer", ns, "orphan")
     _kept_running(sim, kube, runtime, ns, "orphan", running, "FlavorNotFound",
                   f"spec.flavor: DevServerFlavor {flavor} does not exist")
@@ -242,7 +242,7 @@ def test_unknown_flavor_is_degraded_then_recovers(sim, kube, runtime, ns):
     event = sim.wait_for(warning_event, 30, message="a Warning Event")[0]
     assert flavor in event.message and event.involved_object.kind == "DevServer"
     # a problem with the spec is reported, not retried: the run succeeded
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     lost = [r for r in runtime.history("DevServer") if r.name == "lost"]
     assert lost and all(r.ok for r in lost), lost
     assert not kube["apps"].list_namespaced_stateful_set(ns).items  # nothing half-made

@@ -97,12 +97,12 @@ def test_pods_carry_the_rendezvous_env(kube, ddp):
 
 
 def test_unchanged_reconcile_writes_nothing(sim, runtime, ddp):
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     before = runtime.counters("DevServer")["succeeded"]
     sim.reset_metrics()
     runtime.enqueue("DevServer", ddp, NAME)
     sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60, message="a second reconcile")
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     assert sim.writes() == 0, sim.requests()
 
 
@@ -163,7 +163,7 @@ def test_problems_are_reported_not_retried(sim, kube, runtime, ns):
     obj = wait_degraded(sim, kube, ns, "bossy", "InvalidSpec")
     assert "MASTER_ADDR is set by the operator in distributed mode" in condition(obj, "Degraded")["message"]
 
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     runs = [r for r in runtime.history("DevServer") if r.name in ("greedy", "bossy")]
     assert runs and all(r.ok for r in runs), runs
     assert not kube["apps"].list_namespaced_stateful_set(ns).items  # nothing half-made

@@ -138,7 +138,7 @@ def test_success_then_the_pod_and_the_volume_go_at_their_ttls(sim, kube, runtime
     assert obj["status"]["phase"] == "Succeeded" and cond(obj, "ArtifactsAvailable")["status"] == "False"
 
     # settled: a reconcile of the finished job makes no request at all, and asks for no requeue
-    runtime.wait_idle(60)
+    runtime.wait_idle(180)
     sim.reset_metrics()
     reset = time.time()
     runtime.enqueue("EphemeralAccelerationJob", ns, "ok")

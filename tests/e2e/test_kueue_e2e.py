@@ -114,7 +114,7 @@ def test_flavors_become_resource_flavors(sim, kube, runtime):
         sim.wait_for(lambda: resource_flavor(kube, name), 60, message=f"ResourceFlavor {name}")
 
     # an unchanged flavor re-reconciles without writing (its ResourceFlavor included)
-    assert runtime.wait_idle(60)
+    assert runtime.wait_idle(180)
     done = lambda: [r for r in runtime.history("DevServerFlavor") if r.name == FLAVOR]  # noqa: E731
     sim.reset_metrics()
     mark = time.time()

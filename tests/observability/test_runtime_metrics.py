@@ -23,7 +23,7 @@ def test_reconciles_duration_and_errors_per_kind(sim, kube, runtime, ns):
     try:
         kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("counted"))
         wait_ready(sim, kube, ns, "counted")
-        assert runtime.wait_idle(60)
+        assert runtime.wait_idle(180)
         got = scrape(port)
         c = runtime.counters("DevServer")
         ds = (("controller", "devserver-controller"),)

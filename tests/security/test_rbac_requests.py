@@ -81,7 +81,7 @@ def _exercise(sim, kube, rt) -> None:
     before = get_annotation(custom, ns, "rbac")
     custom.patch_cluster_custom_object(GROUP, VERSION, "devserverflavors", "cpu-small", {"spec": {"shmSize": "2Gi"}})
     sim.wait_for(lambda: get_annotation(custom, ns, "rbac") not in (None, before), 90, message="flavor-hash annotation")
-    assert rt.wait_idle(90)
+    assert rt.wait_idle(180)
 
 
 def get_annotation(custom, ns, name):

@@ -54,7 +54,7 @@ def leaks(sim, kube, artifacts):
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
                                            devserver("canary", sshPublicKeys=[KEY_SERVER]))
     wait_ready(sim, kube, ns, "canary", timeout=120)
-    assert rt.wait_idle(90)
+    assert rt.wait_idle(180)
     # the keys did reach sshd's inputs (the test is not vacuous)
     assert core.read_namespaced_secret("ssh-public-keys", ns).data
     assert CANARY_SERVER in core.read_namespaced_config_map("canary-ssh", ns).data["authorized_keys"]
