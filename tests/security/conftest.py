@@ -3,6 +3,8 @@
 of config/."""
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 from pathlib import Path
 
@@ -22,8 +24,21 @@ def render_manifests():
 
 @pytest.fixture(scope="session")
 def rendered(render_manifests, tmp_path_factory):
-    """{role: {case: [objects]}} for every role that renders objects."""
-    return render_manifests.render_roles(tmp_path_factory.mktemp("security-render"))
+    """{role: {case: [objects]}} for every role that renders objects: rendered once per test
+    run, also when pytest-xdist runs the security files on several workers (the first worker
+    renders under a lock into the run's shared temporary directory; the others read it)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # .../pytest-N/popen-gwK -> .../pytest-N, one per run
+    cache = shared / "security-render.json"
+    with open(shared / "security-render.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cache.exists():
+            objects = render_manifests.render_roles(tmp_path_factory.mktemp("security-render"))
+            tmp = cache.with_suffix(".tmp")
+            tmp.write_text(json.dumps(objects))
+            tmp.replace(cache)
+        return json.loads(cache.read_text())
 
 
 @pytest.fixture(scope="session")
