@@ -18,7 +18,8 @@ replicas to reach it:
 - ``ready``: until the pods were Ready (the readiness probe)
 
 A phase not reached yet is absent; ``complete`` once every replica is Ready, and a complete
-breakdown is kept as it is while the server runs or is stopped.
+breakdown is kept as it is while the server is stopped or runs on the pods of that start (a pod
+created after its Ready is a new start, also one that completed between two reconciles).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -68,11 +69,11 @@ def startup(cr, pods, desired_replicas, running, queue=None, now=None):
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
     old = ((cr or {}).get("status") or {}).get("startup") or None
-    if old and old.get("complete") and (running or spec.get("suspend")):
-        return old  # the last start, as it was
     if spec.get("suspend"):
         return old
     pods = [p for p in pods or [] if not ((p or {}).get("metadata") or {}).get("deletionTimestamp")]
+    if old and old.get("complete") and running and not _newer_pods(pods, old):
+        return old  # the last start, as it was, while its pods run
     if old and not old.get("complete") and old.get("startedAt"):
         begin = parse_time(old["startedAt"])
     elif not old:
@@ -116,6 +117,15 @@ def startup(cr, pods, desired_replicas, running, queue=None, now=None):
         result["readyAt"] = format_time(previous)
         result["totalSeconds"] = int((previous - begin).total_seconds())
     return result
+
+
+def _newer_pods(pods, old):
+    """Whether a pod was created after the last start was Ready: a start (a rolling update, a
+    replaced pod) that may have completed between two reconciles, so that the server is
+    running again before the operator saw it start."""
+    last_ready = parse_time(old.get("readyAt") or old["startedAt"])
+    return any(parse_time(p["metadata"]["creationTimestamp"]) > last_ready for p in pods
+               if (p.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _admitted(queue, begin):
