@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import math
 
 from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition, problem_status
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import POD_INDEX_LABEL
@@ -279,7 +280,10 @@ def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previou
     a Workload that is not the DevServer's dependent, so a starting or Queued server is also
     looked at again: every `minimum` seconds at first, backing off to a quarter of the time it
     has been provisioning, at most `maximum` seconds (a server queued for capacity is not
-    hammered).  The sooner of the two wins.  ``previous``: the status as it was (a computed
+    hammered).  A Queued server with an ETA (status.queue.estimatedStartTime: when a running
+    reservation that holds its quota expires) is also looked at at that second, and after it
+    backing off from the ETA instead of from when it queued: its start follows the holder's
+    expiry within seconds, not a minute.  The soonest wins.  ``previous``: the status as it was (a computed
     condition has no lastTransitionTime yet; the previous one's counts while it holds).
     """
     status = status or {}
@@ -300,6 +304,10 @@ def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previou
         current = _parse_time(now) if now else datetime.datetime.now(datetime.timezone.utc)
         waited = (current - since).total_seconds() if since and current else 0
         periods.append(int(max(minimum, min(maximum, waited / 4))))
+        eta = (status.get("queue") or {}).get("estimatedStartTime") if status.get("phase") == "Queued" else None
+        if eta and current:
+            until = (_parse_time(eta) - current).total_seconds()
+            periods.append(int(math.ceil(until)) if until >= minimum else int(max(minimum, min(maximum, -until / 4))))
     return "%ds" % min(periods) if periods else ""
 
 

@@ -28,6 +28,10 @@ def _progressing_since(ts, phase="Provisioning"):
         {"type": "Progressing", "status": "True", "reason": "Provisioning", "lastTransitionTime": ts}]}
 
 
+def _queued_with_eta(eta, since="2026-01-01T00:00:00Z"):
+    return dict(_progressing_since(since, "Queued"), queue={"position": 1, "estimatedStartTime": eta})
+
+
 def _running(restarts=0):
     return {"state": {"running": {"startedAt": NOW}}, "ready": True, "restartCount": restarts, "name": "dev"}
 
@@ -96,6 +100,13 @@ def test_start_time_is_kept_while_running():
     (_progressing_since("2026-01-01T00:00:00Z", "Pending"), "2026-01-01T00:00:20Z", "5s"),
     (_progressing_since("2026-01-01T00:00:00Z", "Queued"), "2026-01-01T00:00:08Z", "2s"),  # polls for admission
     (_progressing_since("2026-01-01T00:00:00Z", "Queued"), "2026-01-01T05:00:00Z", "60s"),
+    # a queued server with an ETA: looked at at that second, then backing off from it
+    (_queued_with_eta("2026-01-01T05:00:30Z"), "2026-01-01T05:00:00Z", "30s"),
+    (_queued_with_eta("2026-01-01T07:00:00Z"), "2026-01-01T05:00:00Z", "60s"),   # far off: the backoff
+    (_queued_with_eta("2026-01-01T05:00:01Z"), "2026-01-01T05:00:00Z", "2s"),    # the minimum
+    (_queued_with_eta("2026-01-01T05:00:00Z"), "2026-01-01T05:00:01Z", "2s"),    # just passed
+    (_queued_with_eta("2026-01-01T05:00:00Z"), "2026-01-01T05:00:40Z", "10s"),   # a quarter of the time since
+    (_queued_with_eta("2026-01-01T00:00:00Z"), "2026-01-01T05:00:00Z", "60s"),   # capped
     ({"phase": "Provisioning"}, "2026-01-01T00:00:00Z", "2s"),                         # no condition yet
     (_progressing_since("2026-01-01T00:00:00Z", "Running"), "2026-01-01T00:00:01Z", ""),
     ({"phase": "Suspended"}, None, ""),
