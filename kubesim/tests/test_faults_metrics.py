@@ -108,17 +108,22 @@ def test_fraction(env, via):
     assert {http.get(f"/api/v1/namespaces/{ns}/configmaps")[0] for _ in range(5)} == {429}
 
 
-@pytest.mark.parametrize("via", VIAS)
-def test_dropped_connection(env, via):
-    sim, http, ns = env
-    add_fault(sim, via, verb="create", resource="configmaps", count=1, code="drop")
+def post_without_answer(sim, ns, name):
+    """POST a ConfigMap on a raw connection whose answer never comes (the connection breaks)."""
     host, port = sim.url.split("//")[1].split(":")
     conn = _http.HTTPConnection(host, int(port), timeout=5)
-    conn.request("POST", f"/api/v1/namespaces/{ns}/configmaps", json.dumps(cm("d")),
+    conn.request("POST", f"/api/v1/namespaces/{ns}/configmaps", json.dumps(cm(name)),
                  {"Content-Type": "application/json"})
     with pytest.raises((ConnectionError, _http.RemoteDisconnected, _http.BadStatusLine)):
         conn.getresponse()
     conn.close()
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_dropped_connection(env, via):
+    sim, http, ns = env
+    add_fault(sim, via, verb="create", resource="configmaps", count=1, code="drop")
+    post_without_answer(sim, ns, "d")
     assert sim.metrics()["requests"] == {"create configmaps 0": 1}  # code 0: no response
     # the official client sees a connection error too (no retries), then the next one works
     c = api_client(sim)
@@ -302,13 +307,7 @@ def test_a_latency_rule_does_not_hide_a_failing_rule(env):
 def test_drop_after_serves_the_write_and_loses_the_answer(env):
     sim, http, ns = env
     sim.faults.add(verb="create", resource="configmaps", count=1, code="drop-after")
-    host, port = sim.url.split("//")[1].split(":")
-    conn = _http.HTTPConnection(host, int(port), timeout=5)
-    conn.request("POST", f"/api/v1/namespaces/{ns}/configmaps", json.dumps(cm("late")),
-                 {"Content-Type": "application/json"})
-    with pytest.raises((ConnectionError, _http.RemoteDisconnected, _http.BadStatusLine)):
-        conn.getresponse()
-    conn.close()
+    post_without_answer(sim, ns, "late")
     assert http.get(f"/api/v1/namespaces/{ns}/configmaps/late")[0] == 200  # it was written
     assert sim.metrics()["requests"]["create configmaps 0"] == 1
 

@@ -74,11 +74,15 @@ class Background:
         self.w.stop()
 
 
-@pytest.fixture(scope="module")
-def quiet():
+def _controllerless():
     sim = KubeSim(nodes="", disabled=all_controllers()).start()
     yield sim
     sim.stop()
+
+
+quiet = pytest.fixture(scope="module", name="quiet")(_controllerless)
+# a simulator of the test's own: compaction and restarts would disturb the module's
+fresh = pytest.fixture(name="fresh")(_controllerless)
 
 
 @pytest.fixture
@@ -313,15 +317,15 @@ def test_bad_watch_resource_version(quiet, rv, code):
 # ------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def fresh():
-    sim = KubeSim(nodes="", disabled=all_controllers()).start()
-    yield sim
-    sim.stop()
-
-
-def test_end_watches_ends_streams_cleanly_and_resume_misses_nothing(fresh):
+def fresh_v1(fresh):
     c = api_client(fresh)
-    v1 = client.CoreV1Api(c)
+    c.configuration.retries = False
+    yield client.CoreV1Api(c)
+    c.close()
+
+
+def test_end_watches_ends_streams_cleanly_and_resume_misses_nothing(fresh, fresh_v1):
+    v1 = fresh_v1
     ns = make_namespace(fresh, "end")
     rv = v1.create_namespaced_config_map(ns, cm("a")).metadata.resource_version
     w = Background(v1.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=30)
@@ -339,12 +343,10 @@ def test_end_watches_ends_streams_cleanly_and_resume_misses_nothing(fresh):
     code, data = Http(fresh).post("/kubesim/watches/close", {})
     assert code == 200 and data["closed"] >= 1
     assert w.next() is None
-    c.close()
 
 
-def test_compaction_makes_older_resource_versions_gone(fresh):
-    c = api_client(fresh)
-    v1 = client.CoreV1Api(c)
+def test_compaction_makes_older_resource_versions_gone(fresh, fresh_v1):
+    v1 = fresh_v1
     ns = make_namespace(fresh, "compact")
     old = v1.create_namespaced_config_map(ns, cm("a")).metadata.resource_version
     v1.create_namespaced_config_map(ns, cm("b"))
@@ -362,13 +364,10 @@ def test_compaction_makes_older_resource_versions_gone(fresh):
                                       timeout_seconds=2), 1)
     assert got[0][:2] == ("ADDED", "c")
     assert fresh.compact() >= int(now)
-    c.close()
 
 
-def test_http_restart_keeps_the_store(fresh):
-    c = api_client(fresh)
-    c.configuration.retries = False
-    v1 = client.CoreV1Api(c)
+def test_http_restart_keeps_the_store(fresh, fresh_v1):
+    v1 = fresh_v1
     ns = make_namespace(fresh, "restart")
     rv = v1.create_namespaced_config_map(ns, cm("a")).metadata.resource_version
     w = Background(v1.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=30)
@@ -394,4 +393,3 @@ def test_http_restart_keeps_the_store(fresh):
                                       timeout_seconds=2):
             pass
     assert e.value.status == 410
-    c.close()

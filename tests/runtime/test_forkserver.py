@@ -93,6 +93,15 @@ def test_interpreter_flags_and_a_missing_server_fall_back_to_the_interpreter(ser
     assert (got.returncode, got.stdout.strip()) == (4, "fallback False")
 
 
+def _written_pid(pidfile, timeout: float = 30) -> int:
+    """The pid a worker script writes to ``pidfile`` once it runs."""
+    deadline = time.monotonic() + timeout
+    while not (pidfile.exists() and pidfile.read_text()):
+        assert time.monotonic() < deadline, "the worker did not start"
+        time.sleep(0.02)
+    return int(pidfile.read_text())
+
+
 def test_killing_the_client_terminates_the_worker(server, tmp_path):
     pidfile = tmp_path / "pid"
     path = script(tmp_path, f"""
@@ -101,11 +110,7 @@ def test_killing_the_client_terminates_the_worker(server, tmp_path):
         time.sleep(60)
     """)
     client = subprocess.Popen([server.shim, path])
-    deadline = time.monotonic() + 30
-    while not (pidfile.exists() and pidfile.read_text()):
-        assert time.monotonic() < deadline, "worker did not start"
-        time.sleep(0.02)
-    worker = int(pidfile.read_text())
+    worker = _written_pid(pidfile)
     client.send_signal(signal.SIGTERM)
     client.wait(timeout=10)
     deadline = time.monotonic() + 10
@@ -140,11 +145,7 @@ def test_killing_the_client_terminates_what_the_worker_started(server, tmp_path)
         time.sleep(60)
     """)
     client = subprocess.Popen([server.shim, path])
-    deadline = time.monotonic() + 30
-    while not (pidfile.exists() and pidfile.read_text()):
-        assert time.monotonic() < deadline, "worker did not start its child"
-        time.sleep(0.02)
-    child = int(pidfile.read_text())
+    child = _written_pid(pidfile)
     client.kill()
     client.wait(timeout=10)
     assert _gone(child), "the worker's child still runs after the client died"
