@@ -30,7 +30,8 @@ Anything else is a violation: e.g. the operator deleting a home claim, the garba
 collector taking a home claim of a server deleted with ``Retain`` (an ownerReference that
 should not be there), a shared volume going with anything but its namespace.
 
-Usage (tests/reliability/conftest.py checks it after every module)::
+Usage (tests/reliability/conftest.py checks it after every module, tests/_cluster.py after every
+end-to-end module)::
 
     safety = DataSafety(sim)
     ...
@@ -68,9 +69,9 @@ def data_class(pvc: dict[str, Any]) -> str | None:
     return None
 
 
-def by_user(origin: dict[str, str]) -> bool:
+def by_user(origin: dict[str, str], agents: tuple[str, ...] = USER_AGENTS) -> bool:
     return origin.get("via") == "direct" or (
-        origin.get("via") == "request" and origin.get("user_agent", "").startswith(USER_AGENTS))
+        origin.get("via") == "request" and origin.get("user_agent", "").startswith(agents))
 
 
 def _time(text: str | None) -> float | None:
@@ -80,8 +81,10 @@ def _time(text: str | None) -> float | None:
 
 
 class DataSafety:
-    def __init__(self, sim):
+    def __init__(self, sim, user_agents: tuple[str, ...] = ()):
+        """``user_agents``: more user agents that act for the user (a test's own client)."""
         self.sim = sim
+        self.agents = USER_AGENTS + tuple(user_agents)
 
     # -- what was deleted ----------------------------------------------------------------------
     def deleted_volumes(self) -> list[dict[str, Any]]:
@@ -119,7 +122,7 @@ class DataSafety:
     # -- the rules ---------------------------------------------------------------------------
     def _consent(self, rec: dict, cls: str, requests: list[dict]) -> str:
         origin = rec["requested_by"]
-        if by_user(origin):
+        if by_user(origin, self.agents):
             return "ok: deleted by the user"
         if origin.get("via") == "controller" and origin.get("controller") == "namespace":
             return self._namespace_consent(rec["namespace"], requests)
@@ -133,7 +136,7 @@ class DataSafety:
         ns = _last(requests, "namespaces", "", namespace)
         if ns is None:
             return "its namespace went, but no deletion of the namespace was asked for"
-        if by_user(ns["requested_by"]):
+        if by_user(ns["requested_by"], self.agents):
             return "ok: its namespace was deleted by the user"
         user = ((ns["object"].get("metadata") or {}).get("labels") or {}).get(USER_LABEL)
         devuser = _last(requests, "devusers.torchdev.io", "", user or "")
