@@ -45,7 +45,7 @@ class Primary:
     resource: str
     namespace: str  # "" for a DevUser
     name: str
-    shape: str  # what its twin is: e.g. "server-retain", "user-delete", "eaj-short"
+    shape: str  # what its twin is: e.g. "server-retain@user-delete", "user-delete", "eaj-short"
 
     @property
     def kind(self) -> str:
@@ -60,7 +60,7 @@ class Primary:
 def devserver(name: str, shape: str) -> dict:
     spec: dict[str, Any] = {"owner": "rel@example.com", "flavor": "cpu-small", "sshPublicKeys": [KEY],
                             "persistentHomeSize": "10Gi",
-                            "homeRetentionPolicy": "Delete" if shape.endswith("-delete") else "Retain"}
+                            "homeRetentionPolicy": "Delete" if shape.split("@")[0].endswith("-delete") else "Retain"}
     if shape.startswith("distributed"):
         spec.update(mode="distributed", distributed={"worldSize": 2, "nprocsPerNode": 1, "backend": "gloo"})
     return {"apiVersion": API, "kind": "DevServer", "metadata": {"name": name}, "spec": spec}
@@ -221,11 +221,16 @@ class Burst:
         users = [Primary(DEVUSERS, "", f"{p}u{i}", "user-retain" if i % 2 else "user-delete")
                  for i in range(self.users)]
         server_namespaces = [f"dev-{u.name}" for u in users] + [f"{p}-servers"]
-        servers = [Primary(DEVSERVERS, server_namespaces[i % len(server_namespaces)], f"{p}s{i}",
-                           "server-retain" if i % 2 else "server-delete") for i in range(self.servers)]
-        servers += [Primary(DEVSERVERS, server_namespaces[(i + 1) % len(server_namespaces)], f"{p}d{i}",
-                            "distributed-retain" if i % 2 else "distributed-delete")
-                    for i in range(self.distributed)]
+        # what becomes of a server's namespace is part of its shape (a user deleted with
+        # deletionPolicy Delete takes the server's retained home and usage record with it)
+        fate = [u.shape for u in users] + ["plain"]
+
+        def server(i: int, kind: str, offset: int) -> Primary:
+            at = (i + offset) % len(server_namespaces)
+            return Primary(DEVSERVERS, server_namespaces[at], f"{p}{kind[0]}{i}",
+                           f"{kind}-{'retain' if i % 2 else 'delete'}@{fate[at]}")
+        servers = [server(i, "server", 0) for i in range(self.servers)]
+        servers += [server(i, "distributed", 1) for i in range(self.distributed)]
         jobs = [Primary(TRAININGJOBS, self.namespace, f"{p}t{i}", "trainingjob") for i in range(self.trainingjobs)]
         eajs = [Primary(EAJS, self.namespace, f"{p}e{i}", "eaj-long" if i % 2 else "eaj-short")
                 for i in range(self.eajs)]
@@ -302,20 +307,13 @@ def compare(burst: dict[Primary, Counter], twins: dict[str, Counter], what: str)
     """Each object's census against its twin's (same shape)."""
     bad = []
     for p, got in burst.items():
+        assert p.shape in twins, f"{p}: no twin of shape {p.shape} ({sorted(twins)})"
         want = twins[p.shape]
         if got != want:
             extra = got - want
             missing = want - got
             bad.append(f"{p}: {what} differs from its twin's: extra {dict(extra)}, missing {dict(missing)}")
     return bad
-
-
-def twin_shapes(burst: Burst) -> dict[str, Primary]:
-    """One object per shape of the burst (the first)."""
-    out: dict[str, Primary] = {}
-    for p in burst.primaries:
-        out.setdefault(p.shape, p)
-    return out
 
 
 def gc_pending(sim, namespaces: set[str]) -> list[str]:
