@@ -34,7 +34,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # cores shorten the run; 1 runs the files one after another.
 TEST_WORKERS ?= 4
 
-.PHONY: help setup demo test molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
+.PHONY: help setup demo test soak molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
 	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
@@ -52,11 +52,21 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e; TEST_WORKERS files at a time), molecule, lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e, small reliability runs; TEST_WORKERS files at a time), molecule, lint
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak"
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory checkov
+
+# The full-size runs of tests/reliability (issue 17): 50 DevServers, 10 DevUsers, 10 TrainingJobs and 10
+# EphemeralAccelerationJobs under 20 % API faults, 20 SIGKILLs of the operator during a burst; one file
+# after another (their figures are timings); the figures are printed at the end (SOAK_FIGURES).
+SOAK_FIGURES ?= .cache/reliability-figures.jsonl
+
+soak: setup ## The full-size reliability runs (tests/reliability, marker soak), their figures at the end
+	@mkdir -p $(dir $(SOAK_FIGURES)) && rm -f $(SOAK_FIGURES)
+	RELIABILITY_FIGURES=$(CURDIR)/$(SOAK_FIGURES) $(BIN)/python -m pytest -q -m soak tests/reliability
+	@cat $(SOAK_FIGURES)
 
 molecule: setup ## The molecule scenario (kubesim started in create.yml): converge, idempotence, verify
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test

@@ -21,7 +21,7 @@ from . import wait as waiting
 from .config import EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .devserver import _stdin_is_tty, read_ssh_keys
-from .errors import ApiError, DevctlError, NotFound
+from .errors import ApiError, DevctlError, NotFound, left_in_place
 from .output import DURATION, age, as_list, info, output_option, print_object, print_table, truncate
 
 KIND = "DevUser"
@@ -311,7 +311,8 @@ def onboard(settings: Settings, user: str, email: str | None, ssh_key_files: tup
     line = f"{RESOURCE}/{user} {verb}"
     click.echo(line, err=output != "table")
     if wait_:
-        applied = waiting.wait_ready(lambda: api.get_devuser(user), f"devuser/{user}", timeout)
+        with left_in_place(f"devuser {user} ({verb})", f"'devctl admin offboard {user}' removes it"):
+            applied = waiting.wait_ready(lambda: api.get_devuser(user), f"devuser/{user}", timeout)
         info(f"devuser/{user} is Ready")
         for text in next_steps(applied):
             click.echo(text, err=output != "table")

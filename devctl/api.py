@@ -12,7 +12,7 @@ import os
 from functools import cached_property
 from typing import Any, Callable
 
-from . import GROUP, VERSION
+from . import GROUP, VERSION, __version__
 from .errors import ApiError, DevctlError, NotFound, one_line
 
 DEVSERVERS = "devservers"
@@ -110,7 +110,11 @@ class Api:
             raise DevctlError(f"invalid Kubernetes configuration ({os.pathsep.join(paths)}): "
                               f"{one_line(exc)}") from None
         cfg.retries = 1
-        return client.ApiClient(cfg)
+        api_client = client.ApiClient(cfg)
+        # like kubectl's kubectl/<version>: the API server's logs (and kubesim's deletion
+        # log, tests/_data_safety.py) tell the user's requests from the operator's
+        api_client.user_agent = f"devctl/{__version__}"
+        return api_client
 
     @property
     def host(self) -> str:

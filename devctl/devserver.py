@@ -17,7 +17,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.startup import d
 from . import API_VERSION, GROUP
 from .config import EMAIL_RE, Settings
 from .context import kube_options, pass_settings
-from .errors import ApiError, DevctlError, NotFound
+from .errors import ApiError, DevctlError, NotFound, left_in_place
 from .output import (DURATION, age, as_list, info, output_option, parse_time, print_object,
                      print_table, truncate, warn)
 from . import wait as waiting
@@ -308,8 +308,11 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
     if no_key_warning:
         warn(no_key_warning)
     if wait_:
-        created = waiting.wait_ready(lambda: api.get_devserver(namespace, name),
-                                     f"devserver/{name}", timeout)
+        hint_ns = f" -n {namespace}" if settings.namespace_flag else ""
+        with left_in_place(f"devserver {name} (created)", f"'devctl get {name}{hint_ns}' shows it, "
+                                                          f"'devctl delete {name}{hint_ns}' deletes it"):
+            created = waiting.wait_ready(lambda: api.get_devserver(namespace, name),
+                                         f"devserver/{name}", timeout)
         info(f"devserver/{name} is Ready; connect with: "
              f"{(created.get('status') or {}).get('sshCommand') or f'devctl ssh {name} -n {namespace}'}")
     if output != "table":
@@ -629,13 +632,17 @@ def delete(settings: Settings, name: str, purge: bool, yes: bool, wait_: bool, t
 
     retention = ((obj or {}).get("spec") or {}).get("homeRetentionPolicy", "Retain")
     hint_ns = f" -n {namespace}" if settings.namespace_flag else ""
-    for pvc in pvcs:
+    for i, pvc in enumerate(pvcs):
         pvc_name = pvc["metadata"]["name"]
         if purge:
-            try:
-                api.delete_pvc(namespace, pvc_name)
-            except NotFound:
-                continue
+            left = ", ".join(p["metadata"]["name"] for p in pvcs[i:])
+            with left_in_place(f"home volume(s) {left}",
+                               f"{'devserver ' + name + ' is deleted; ' if obj is not None else ''}"
+                               f"'devctl delete {name}{hint_ns} --purge' deletes them"):
+                try:
+                    api.delete_pvc(namespace, pvc_name)
+                except NotFound:
+                    continue
             click.echo(f'persistentvolumeclaim "{pvc_name}" ({pvc_size(pvc)}) deleted')
             gone[f"persistentvolumeclaim/{pvc_name}"] = (
                 lambda n=pvc_name: api.get_pvc(namespace, n))

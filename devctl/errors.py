@@ -4,6 +4,9 @@ This module must not import kubernetes (``devctl --help`` never loads it).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import click
 
 
@@ -42,3 +45,15 @@ class NotFound(ApiError):
         self.kind = kind
         self.name = name
         self.namespace = namespace
+
+
+@contextmanager
+def left_in_place(what: str, hint: str) -> Iterator[None]:
+    """A failure inside says that ``what`` (made before it) is left in place, and ``hint`` how to
+    use or remove it: a command that fails half-way never leaves objects behind unannounced."""
+    try:
+        yield
+    except DevctlError as exc:
+        raise DevctlError(f"{exc.format_message()}; {what} is left in place ({hint})", exc.exit_code) from None
+    except (click.Abort, KeyboardInterrupt):
+        raise DevctlError(f"aborted; {what} is left in place ({hint})") from None

@@ -27,7 +27,7 @@ from . import API_VERSION, GROUP
 from . import wait as waiting
 from .config import Settings
 from .context import kube_options, pass_settings
-from .errors import ApiError, DevctlError, NotFound
+from .errors import ApiError, DevctlError, NotFound, left_in_place
 from .output import age, as_list, human_duration, info, now, output_option, parse_time, print_object, print_table, truncate
 
 from ansible_collections.torchdev.operator.plugins.module_utils import ephemeralaccelerationjob as eaj
@@ -246,19 +246,23 @@ def create(settings: Settings, name: str, project_dir: str | None, input_path: s
     except NotFound:
         pass
     ensure_volume(api, namespace, name, spec, pvc_ttl)
-    if project_dir:
-        from .transfer import upload
+    with left_in_place(f"the volume {eaj.claim_name(name)}", f"'devctl infer create {name}' again uses it, "
+                       f"'devctl infer cleanup' deletes it {pvc_ttl}s from now"):
+        if project_dir:
+            from .transfer import upload
 
-        with Helper(api, namespace, name, "transfer", helper_image) as pod:
-            upload(api, namespace, pod, project_dir, EAJ_ARTIFACTS_DIR)
-    body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
-    created = api.create_eaj(namespace, body)
+            with Helper(api, namespace, name, "transfer", helper_image) as pod:
+                upload(api, namespace, pod, project_dir, EAJ_ARTIFACTS_DIR)
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
+        created = api.create_eaj(namespace, body)
     if output == "table":
         click.echo(f"ephemeralaccelerationjob.{GROUP}/{name} created in namespace {namespace}")
     else:
         print_object(created, output)
     if wait:
-        watch_job(api, namespace, name, timeout)
+        with left_in_place(f"job {name} (created)", f"'devctl infer watch {name}' follows it, "
+                                                    f"'devctl infer delete {name}' deletes it"):
+            watch_job(api, namespace, name, timeout)
 
 
 # -- copy-file -------------------------------------------------------------------------------------
@@ -289,7 +293,9 @@ def copy_file(settings: Settings, name: str, url: str, target_path: str, pvc_siz
         ensure_volume(api, namespace, name, spec, pvc_ttl)
     from .transfer import run
 
-    with Helper(api, namespace, name, "transfer", helper_image) as pod:
+    with left_in_place(f"the volume {eaj.claim_name(name)}", f"'devctl infer copy-file {name}' again uses it, "
+                       f"'devctl infer cleanup' deletes it after its TTL"), \
+            Helper(api, namespace, name, "transfer", helper_image) as pod:
         code, _, err = run(api, namespace, pod, ["mkdir", "-p", posixpath.dirname(target_path)])
         if code == 0:
             code, _, err = run(api, namespace, pod, ["wget", "-q", "-O", target_path, url])

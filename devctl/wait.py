@@ -12,7 +12,7 @@ POLL_INTERVAL = 1.0
 # API answers worth retrying while waiting (None: the API could not be reached).
 TRANSIENT = {None, 429, 500, 502, 503, 504}
 # Degraded reasons that no amount of waiting fixes: the user must change something.
-PERMANENT_REASONS = {"FlavorNotFound", "InvalidSpec", "InsufficientGPUs"}
+PERMANENT_REASONS = {"FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ClaimNotFound", "QuotaExceeded"}
 
 
 def _transient(exc: ApiError) -> bool:

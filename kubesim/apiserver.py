@@ -18,12 +18,20 @@ import uuid
 from typing import Any, Callable
 
 from kubesim import defaults, errors
+from kubesim.metrics import NOOP_WRITE
 from kubesim.registry import Registry, ResourceType
 from kubesim.selectors import make_filter
 from kubesim.store import Store, Watcher
 
 Obj = dict[str, Any]
 
+# Kinds a PUT creates when the object does not exist (their registry strategies'
+# AllowCreateOnUpdate in kube-apiserver); for every other kind, custom resources included, a PUT
+# of a missing object is 404: a client's retried update cannot bring back a deleted object.
+_CREATE_ON_UPDATE = frozenset({
+    "events", "events.events.k8s.io", "endpoints", "limitranges", "leases.coordination.k8s.io",
+    "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io",
+    "clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io"})
 _CRD_KEY = "customresourcedefinitions.apiextensions.k8s.io"
 # kube-apiserver's finalizer of a CRD being deleted while custom resources of it remain.
 CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -152,6 +160,7 @@ class ApiServer:
         if rt.key == _CRD_KEY:
             validation.validate_crd(obj)
         validation.validate_builtin(obj)
+        validation.validate_builtin_semantics(obj)
         return obj
 
     def _generate_name(self, prefix: str) -> str:
@@ -360,9 +369,12 @@ class ApiServer:
                                      "the namespace sent on the request")
         old = self.store.get(rt.key, ns, name or "")
         if old is None:
-            if subresource:
+            if subresource or rt.key not in _CREATE_ON_UPDATE:
                 raise errors.not_found(rt.key if rt.group else rt.plural, name or "")
-            # PUT creates when the object does not exist (like kube-apiserver for most kinds)
+            if meta.get("resourceVersion"):  # a precondition on an object that is not there
+                raise errors.conflict(rt.key if rt.group else rt.plural, name or "",
+                                      "the object has been modified; please apply your changes to "
+                                      "the latest version and try again")
             return self.create(rt, obj, ns, dry_run=dry_run, field_manager=field_manager)
         return self._write(rt, old, deepcopy(obj), subresource, dry_run, field_manager)
 
@@ -440,6 +452,7 @@ class ApiServer:
                 _managed_sans_time(new) == _managed_sans_time(old):
             # no-op: no new resourceVersion, no event (like kube-apiserver, a manager's
             # timestamp only moves when the object changes)
+            NOOP_WRITE.set(True)
             return deepcopy(old)
         if dry_run:
             return new

@@ -12,6 +12,7 @@ import yaml
 from aiohttp import web
 
 from kubesim.apiserver import ApiServer
+from kubesim.deletions import DeletionLog
 from kubesim.faults import FaultInjector
 from kubesim.metrics import Metrics
 from kubesim.server import KubeSimServer
@@ -35,11 +36,17 @@ SEED_OBJECTS: list[dict[str, Any]] = [
 
 class Cluster:
     def __init__(self, nodes: str | None = None, disabled: Iterable[str] = (),
-                 validate: bool = True, seed: bool = True, kueue: bool = False):
+                 validate: bool = True, seed: bool = True, kueue: bool = False,
+                 tokens: Iterable[str] | None = None):
         self.api = ApiServer(validate=validate)
         self.metrics = Metrics()
         self.faults = FaultInjector()
-        self.server = KubeSimServer(self.api, self.metrics, self.faults)
+        self.deletions = DeletionLog()
+        self.api.subscribe(self.deletions.on_event)
+        # tokens: authenticate requests (the kubeconfig's token is the first one); None: none
+        self.tokens = list(tokens) if tokens is not None else None
+        self.server = KubeSimServer(self.api, self.metrics, self.faults, self.deletions,
+                                    tokens=self.tokens)
         self.nodes_spec = nodes
         self.disabled = set(disabled)
         self.seed = seed
@@ -83,6 +90,17 @@ class Cluster:
             install_crds(self.api)
         self.manager = Manager(self, disabled=self.disabled)
         self.manager.start()
+        await self.start_http(host, port)
+
+    async def start_http(self, host: str | None = None, port: int | None = None,
+                         compact: bool = False) -> None:
+        """Serve HTTP (again, after stop_http: on the same address by default). ``compact``:
+        the restarted server remembers no watch history (as a kube-apiserver whose watch
+        cache starts afresh): a watch resumed from before it is 410 Gone."""
+        host = host or self.host
+        port = self.port if port is None and self.port is not None else (port or 0)
+        if compact:
+            self.api.store.compact()
         self._runner = web.AppRunner(self.server.app, access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
@@ -91,6 +109,15 @@ class Cluster:
         sock = site._server.sockets[0]  # type: ignore[union-attr]
         self.host, self.port = host, sock.getsockname()[1]
         log.info("kubesim listening on %s", self.url)
+
+    async def stop_http(self) -> None:
+        """Stop serving HTTP: open watches and connections are cut, new ones refused; the
+        store, the controllers and the volumes stay (a kube-apiserver restart: etcd keeps
+        the objects)."""
+        await self.server.close_watches()
+        if self._runner:
+            await self._runner.cleanup()
+            self._runner = None
 
     async def stop(self) -> None:
         await self.server.close_watches()
@@ -104,7 +131,8 @@ class Cluster:
         return {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": "kubesim", "cluster": {"server": self.url}}],
-            "users": [{"name": "kubesim-admin", "user": {"token": "kubesim"}}],
+            "users": [{"name": "kubesim-admin",
+                       "user": {"token": self.tokens[0] if self.tokens else "kubesim"}}],
             "contexts": [{"name": "kubesim", "context": {"cluster": "kubesim",
                                                          "user": "kubesim-admin",
                                                          "namespace": "default"}}],

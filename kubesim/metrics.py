@@ -1,11 +1,22 @@
-"""Request log and counters by verb, resource and status code."""
+"""Request log and counters by verb, resource and status code.
+
+Each logged write says whether it changed the object: ``noop`` is true for an update or
+patch that left the object as it was (kubesim, like kube-apiserver, then keeps the
+resourceVersion and emits no event). A controller that writes what is already correct shows
+up as no-op writes (tests/reliability count them after an operator restart).
+"""
 from __future__ import annotations
 
+import contextvars
 import time
 from collections import Counter, deque
 from typing import Any
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+# Set by ApiServer._write when an update or patch changed nothing (per request: the HTTP
+# layer resets it before each one).
+NOOP_WRITE: contextvars.ContextVar[bool] = contextvars.ContextVar("kubesim_noop_write",
+                                                                default=False)
 
 
 class Metrics:
@@ -14,12 +25,16 @@ class Metrics:
         self.log: deque[dict[str, Any]] = deque(maxlen=log_size)
 
     def record(self, verb: str, resource: str, code: int, path: str, latency_ms: float,
-               user_agent: str = "", content_type: str = "") -> None:
-        """Count one request and log it (`content_type`: the request body's, "" without one)."""
+               user_agent: str = "", content_type: str = "", noop: bool = False) -> None:
+        """Count one request and log it (`content_type`: the request body's, "" without one;
+        `noop`: a write that changed nothing)."""
         self.counts[(verb, resource, code)] += 1
-        self.log.append({"time": time.time(), "verb": verb, "resource": resource, "code": code,
-                         "path": path, "latency_ms": round(latency_ms, 3),
-                         "user_agent": user_agent, "content_type": content_type})
+        entry = {"time": time.time(), "verb": verb, "resource": resource, "code": code,
+                 "path": path, "latency_ms": round(latency_ms, 3),
+                 "user_agent": user_agent, "content_type": content_type}
+        if verb in WRITE_VERBS:
+            entry["noop"] = noop
+        self.log.append(entry)
 
     def reset(self) -> None:
         self.counts.clear()

@@ -13,8 +13,9 @@ from aiohttp import web
 
 from kubesim import errors, podexec, protobuf
 from kubesim.apiserver import FIELD_VALIDATION, ApiServer
+from kubesim.deletions import ORIGIN, DeletionLog
 from kubesim.faults import FaultInjector
-from kubesim.metrics import Metrics
+from kubesim.metrics import NOOP_WRITE, Metrics
 from kubesim.openapi import OpenAPIV3
 from kubesim.podexec import VolumeStore
 from kubesim.registry import ResourceType
@@ -29,6 +30,10 @@ K8S_VERSION_INFO = {
 
 VERB_KEY = web.RequestKey("kubesim.verb", str)
 RESOURCE_KEY = web.RequestKey("kubesim.resource", str)
+DROP_AFTER_KEY = web.RequestKey("kubesim.drop_after", bool)
+# Paths served without a token when the server authenticates (kube-apiserver's
+# system:public-info-viewer: health and version), and kubesim's own admin endpoints.
+PUBLIC_PATHS = ("/healthz", "/readyz", "/livez", "/version", "/kubesim/")
 
 PATCH_TYPES = {
     "application/merge-patch+json": "merge",
@@ -44,8 +49,17 @@ def _json(data: Any, status: int = 200) -> web.Response:
                         content_type="application/json")
 
 
+def _dropped() -> web.Response:
+    """What the middleware returns for a connection it aborted: aiohttp's attempt to send it
+    fails quietly (a ConnectionError), where an exception would be logged as a handler error."""
+    return web.Response(status=499, text="connection dropped (fault injection)")
+
+
 def _status_response(exc: errors.ApiError) -> web.Response:
-    return _json(exc.to_status(), exc.code)
+    response = _json(exc.to_status(), exc.code)
+    if "retryAfterSeconds" in exc.details:  # as kube-apiserver's 429 (max-in-flight) has it
+        response.headers["Retry-After"] = str(exc.details["retryAfterSeconds"])
+    return response
 
 
 class Route:
@@ -64,10 +78,14 @@ class Route:
 
 class KubeSimServer:
     def __init__(self, api: ApiServer, metrics: Metrics | None = None,
-                 faults: FaultInjector | None = None):
+                 faults: FaultInjector | None = None, deletions: DeletionLog | None = None,
+                 tokens: Any = None):
         self.api = api
         self.metrics = metrics or Metrics()
         self.faults = faults or FaultInjector()
+        self.deletions = deletions or DeletionLog()
+        # bearer tokens accepted; None: no authentication (every request is admin)
+        self.tokens: set[str] | None = set(tokens) if tokens is not None else None
         self._watch_tasks: set[asyncio.Task] = set()
         self.openapi = OpenAPIV3(api.registry, api.crd)
         # the files of the simulated volumes, for pods/exec (podexec.py)
@@ -96,6 +114,9 @@ class KubeSimServer:
         r.add_post("/kubesim/faults", self.add_fault)
         r.add_get("/kubesim/faults", self.list_faults)
         r.add_delete("/kubesim/faults", self.clear_faults)
+        r.add_get("/kubesim/deletions", self.get_deletions)
+        r.add_post("/kubesim/watches/close", self.close_watches_endpoint)
+        r.add_post("/kubesim/compact", self.compact)
         r.add_get("/openapi/v3", self.openapi_v3_root)
         r.add_get("/openapi/v3/{gv:.+}", self.openapi_v3_gv)
         r.add_route("*", "/api/{version}", self.core_resources)
@@ -111,7 +132,12 @@ class KubeSimServer:
         start = time.perf_counter()
         request[VERB_KEY] = request.method.lower()
         request[RESOURCE_KEY] = ""
+        request[DROP_AFTER_KEY] = False
+        NOOP_WRITE.set(False)
+        ORIGIN.set({"via": "request", "verb": request.method.lower(), "path": request.path,
+                    "user_agent": request.headers.get("User-Agent", "")})
         try:
+            self._authenticate(request)
             response = await handler(request)
         except errors.ApiError as exc:
             response = _status_response(exc)
@@ -119,19 +145,35 @@ class KubeSimServer:
             response = exc
         except ConnectionResetError:  # dropped (fault injection) or gone: counted as code 0
             self._record(request, 0, start)
-            raise
+            return _dropped()  # nothing reaches the client: its connection is closed
         except Exception as exc:  # never crash: report a 500 Status
             log.exception("internal error on %s %s", request.method, request.path)
             response = _status_response(errors.ApiError(500, f"internal error: {exc}"))
+        if request[DROP_AFTER_KEY] and not getattr(response, "prepared", False):
+            # served (the write happened), then the connection is lost: no answer
+            self._record(request, 0, start)
+            if request.transport is not None:
+                request.transport.abort()
+            return _dropped()
         if not request.path.startswith("/kubesim/"):
             self._record(request, getattr(response, "status", 0), start)
         return response
+
+    def _authenticate(self, request: web.Request) -> None:
+        """With tokens: a request without one of them is 401, as kube-apiserver answers an
+        unknown or expired bearer token."""
+        if self.tokens is None or request.path.startswith(PUBLIC_PATHS):
+            return
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or token.strip() not in self.tokens:
+            raise errors.ApiError(401, "Unauthorized", "Unauthorized")
 
     def _record(self, request: web.Request, code: int, start: float) -> None:
         self.metrics.record(request[VERB_KEY], request[RESOURCE_KEY], code, request.path,
                             (time.perf_counter() - start) * 1000.0,
                             request.headers.get("User-Agent", ""),
-                            request.content_type if request.body_exists else "")
+                            request.content_type if request.body_exists else "",
+                            NOOP_WRITE.get())
 
     async def _apply_faults(self, request: web.Request, verb: str, resource: str) -> None:
         action = self.faults.check(verb, resource)
@@ -139,20 +181,32 @@ class KubeSimServer:
             return
         if action.latency_ms:
             await asyncio.sleep(action.latency_ms / 1000.0)
-        if action.code == "drop":
+        if action.code == "drop-after" and verb != "watch":
+            request[DROP_AFTER_KEY] = True
+            return
+        if action.code in ("drop", "drop-after"):
             if request.transport is not None:
                 request.transport.abort()
             raise ConnectionResetError("kubesim: connection dropped by fault injection")
         if action.code:
-            code = int(action.code)
-            msg = {409: "Operation cannot be fulfilled: the object has been modified "
-                        "(injected fault)",
-                   429: "Too many requests, please try again later (injected fault)",
-                   500: "Internal error (injected fault)"}.get(code, "injected fault")
-            exc = errors.ApiError(code, msg)
-            if code == 429:
-                exc.details["retryAfterSeconds"] = 1
-            raise exc
+            raise self._injected_error(int(action.code), verb, resource)
+
+    @staticmethod
+    def _injected_error(code: int, verb: str, resource: str) -> errors.ApiError:
+        """An injected answer, worded as kube-apiserver words it."""
+        plural, _, group = resource.split("/")[0].partition(".")
+        msg = {401: "Unauthorized",
+               403: f'{plural}{"." + group if group else ""} is forbidden: User "kubesim-user" '
+                    f'cannot {verb} resource "{plural}" in API group "{group}" (injected fault)',
+               404: "the server could not find the requested resource (injected fault)",
+               409: "Operation cannot be fulfilled: the object has been modified "
+                    "(injected fault)",
+               429: "Too many requests, please try again later (injected fault)",
+               500: "Internal error (injected fault)"}.get(code, "injected fault")
+        exc = errors.ApiError(code, msg)
+        if code == 429:
+            exc.details["retryAfterSeconds"] = 1
+        return exc
 
     # -- plain endpoints ------------------------------------------------------
     async def ok(self, request: web.Request) -> web.Response:
@@ -315,6 +369,18 @@ class KubeSimServer:
     async def clear_faults(self, request: web.Request) -> web.Response:
         self.faults.clear()
         return _json({"cleared": True})
+
+    async def get_deletions(self, request: web.Request) -> web.Response:
+        return _json({"deletions": self.deletions.records(request.query.get("resource"))})
+
+    async def close_watches_endpoint(self, request: web.Request) -> web.Response:
+        """End every open watch as the server ends one at its timeout (clients resume)."""
+        return _json({"closed": self.end_watches()})
+
+    async def compact(self, request: web.Request) -> web.Response:
+        """Forget the event history (etcd compaction): a watch resumed from an older
+        resourceVersion gets 410 Gone and must list again."""
+        return _json({"compactedResourceVersion": str(self.api.store.compact())})
 
     # -- resource dispatch -----------------------------------------------------------
     def _route(self, request: web.Request) -> Route:
@@ -551,6 +617,13 @@ class KubeSimServer:
         except (ConnectionResetError, RuntimeError):
             pass
         return resp
+
+    def end_watches(self) -> int:
+        """End every open watch stream cleanly (the chunked response ends, like a server-side
+        timeout); the number ended."""
+        n = len(self._watch_tasks)
+        self.api.store.close_watchers()
+        return n
 
     async def close_watches(self) -> None:
         self.api.store.close_watchers()

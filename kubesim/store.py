@@ -116,6 +116,13 @@ class Store:
         return [(et, o, old) for (erv, res, et, o, old) in self._history
                 if erv > rv and res == resource]
 
+    def compact(self) -> int:
+        """Forget every event so far (etcd compaction): resuming a watch from an earlier
+        resourceVersion is then 410 Gone. Returns the compacted resourceVersion."""
+        self._history.clear()
+        self.compacted_rv = self.rv
+        return self.rv
+
     def add_watcher(self, w: Watcher) -> None:
         self._watchers.setdefault(w.resource, set()).add(w)
 

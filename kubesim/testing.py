@@ -37,8 +37,10 @@ class KubeSim:
     """A simulator on its own event loop thread, on a free loopback port."""
 
     def __init__(self, nodes: str | None = None, disabled: Iterable[str] = (),
-                 validate: bool = True, kubeconfig: str | None = None, kueue: bool = False):
-        self.cluster = Cluster(nodes=nodes, disabled=disabled, validate=validate, kueue=kueue)
+                 validate: bool = True, kubeconfig: str | None = None, kueue: bool = False,
+                 tokens: Iterable[str] | None = None):
+        self.cluster = Cluster(nodes=nodes, disabled=disabled, validate=validate, kueue=kueue,
+                               tokens=tokens)
         self._tmpdir: tempfile.TemporaryDirectory | None = None
         if kubeconfig is None:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="kubesim-")
@@ -65,6 +67,37 @@ class KubeSim:
             self.loop.close()
             if self._tmpdir:
                 self._tmpdir.cleanup()
+
+    def stop_http(self) -> None:
+        """Stop serving HTTP (connections cut, new ones refused); the store and the
+        controllers keep running (``sim.call`` still works)."""
+        self._run(self.cluster.stop_http())
+
+    def start_http(self, compact: bool = False) -> None:
+        """Serve HTTP again on the same port (``compact``: no watch history survives, so
+        clients resuming a watch get 410 Gone)."""
+        self._run(self.cluster.start_http(compact=compact))
+
+    def restart_http(self, compact: bool = False) -> None:
+        """An API server restart that keeps its store (etcd)."""
+        self.stop_http()
+        self.start_http(compact=compact)
+
+    def end_watches(self) -> int:
+        """End every open watch stream, as the server does at a watch's timeout."""
+        return self.call(self.cluster.server.end_watches)
+
+    def compact(self) -> int:
+        """Forget the event history: watches resumed from before now get 410 Gone."""
+        return self.call(self.cluster.api.store.compact)
+
+    def deletions(self, resource: str | None = None) -> list[dict[str, Any]]:
+        """Every object removed so far, with who asked (kubesim/deletions.py)."""
+        return self.call(self.cluster.deletions.records, resource)
+
+    def deletion_requests(self, resource: str | None = None) -> list[dict[str, Any]]:
+        """Every deletion asked for so far (also of objects still held by finalizers)."""
+        return self.call(self.cluster.deletions.requests, resource)
 
     def __enter__(self) -> "KubeSim":
         return self.start()

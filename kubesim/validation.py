@@ -254,6 +254,83 @@ def validate_builtin(obj: dict) -> None:
     raise invalid(kind, name, causes, group)
 
 
+# What kube-apiserver checks beyond the schema in the pod specs of the kinds our workloads use
+# (k8s.io/kubernetes pkg/apis/core/validation: ValidatePodSpec's containers, env and resources)
+# and in PersistentVolumeClaims (ValidatePersistentVolumeClaimSpec): the schema says "string",
+# these say which strings.
+_POD_SPEC_PATHS = {"Pod": ("spec",), "PodTemplate": ("template", "spec"),
+                   "StatefulSet": ("spec", "template", "spec"), "Deployment": ("spec", "template", "spec"),
+                   "ReplicaSet": ("spec", "template", "spec"), "DaemonSet": ("spec", "template", "spec"),
+                   "Job": ("spec", "template", "spec"),
+                   "CronJob": ("spec", "jobTemplate", "spec", "template", "spec")}
+_re_env_name = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_ENV_NAME_MSG = ("a valid environment variable name must consist of alphabetic characters, digits, '_', '-', "
+                 "or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or "
+                 "'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')")
+
+
+def _quantity_causes(values: Any, path: str, positive: bool = False) -> list[dict[str, str]]:
+    causes = []
+    for key, value in (values or {}).items() if isinstance(values, dict) else ():
+        field = f"{path}[{key}]"
+        try:
+            q = parse_quantity(value)
+        except Exception:  # noqa: BLE001 - any unparsable quantity
+            causes.append(_cause(field, "FieldValueInvalid",
+                                 f"Invalid value: {_goval(value)}: quantities must match the regular "
+                                 "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))
+            continue
+        if positive and q <= 0:
+            causes.append(_cause(field, "FieldValueInvalid", f"Invalid value: {_goval(value)}: must be greater than zero"))
+        elif q < 0:
+            causes.append(_cause(field, "FieldValueInvalid",
+                                 f"Invalid value: {_goval(value)}: must be greater than or equal to 0"))
+    return causes
+
+
+def _pod_spec_causes(spec: Any, path: str) -> list[dict[str, str]]:
+    causes: list[dict[str, str]] = []
+    if not isinstance(spec, dict):
+        return causes
+    for group in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(group) or []):
+            if not isinstance(c, dict):
+                continue
+            base = f"{path}.{group}[{i}]"
+            name = c.get("name")
+            if isinstance(name, str) and not _re_label.match(name):
+                causes.append(_cause(f"{base}.name", "FieldValueInvalid",
+                                     f"Invalid value: {_goval(name)}: " + "; ".join(_label_errors(name))))
+            for j, env in enumerate(c.get("env") or []):
+                ename = env.get("name") if isinstance(env, dict) else None
+                if isinstance(ename, str) and not _re_env_name.match(ename):
+                    causes.append(_cause(f"{base}.env[{j}].name", "FieldValueInvalid",
+                                         f"Invalid value: {_goval(ename)}: {_ENV_NAME_MSG}"))
+            resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+            for part in ("requests", "limits"):
+                causes += _quantity_causes(resources.get(part), f"{base}.resources.{part}")
+    return causes
+
+
+def validate_builtin_semantics(obj: dict) -> None:
+    """kube-apiserver's checks beyond the schema for pod specs (container names, env var names,
+    non-negative resources) and claims (a positive storage request); 422 naming the fields."""
+    kind = obj.get("kind") or ""
+    causes: list[dict[str, str]] = []
+    if kind in _POD_SPEC_PATHS:
+        spec: Any = obj
+        for part in _POD_SPEC_PATHS[kind]:
+            spec = spec.get(part) if isinstance(spec, dict) else None
+        causes = _pod_spec_causes(spec, ".".join(_POD_SPEC_PATHS[kind]))
+    elif kind == "PersistentVolumeClaim":
+        requests = ((obj.get("spec") or {}).get("resources") or {}).get("requests")
+        if isinstance(requests, dict) and "storage" in requests:
+            causes = _quantity_causes({"storage": requests["storage"]}, "spec.resources.requests", positive=True)
+    if causes:
+        group, _ = _split_api_version(obj.get("apiVersion") or "")
+        raise invalid(kind, (obj.get("metadata") or {}).get("name") or "", causes, group)
+
+
 # ---------------------------------------------------------------------------------------------
 # Names, labels, annotations
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 per test module one kubesim (the module may set ``NODES``, a node spec, and ``KUEUE = True``
 for Kueue's real CRDs and admission controller), the torchdev CRDs and the sample flavors,
 and one local operator runtime running the real roles of watches.yaml; per test a fresh
-namespace."""
+namespace; the data-safety invariant (tests/_data_safety.py) is checked after each module."""
 from __future__ import annotations
 
 import pytest
@@ -10,12 +10,22 @@ import pytest
 from _e2e_helpers import GROUP, NODES, ROOT, VERSION, load, new_namespace
 
 
+# The User-Agent of the tests' own client: it acts for the user (tests/_data_safety.py).
+E2E_USER_AGENT = "torchdev-e2e-user/1.0"
+
+
 @pytest.fixture(scope="module")
 def sim(request):
+    """The module's simulator; when the module is done, no volume holding user data may have been
+    deleted without the user (the test) asking (tests/_data_safety.py)."""
     from kubesim.testing import KubeSim
+
+    from _data_safety import DataSafety
 
     with KubeSim(nodes=getattr(request.module, "NODES", NODES), kueue=getattr(request.module, "KUEUE", False)) as s:
         yield s
+        violations = DataSafety(s, user_agents=(E2E_USER_AGENT,)).violations()
+        assert violations == [], "user data deleted without the user asking:\n" + "\n".join(violations)
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +33,7 @@ def kube(sim):
     from kubernetes import client, config
 
     api_client = config.new_client_from_config(sim.kubeconfig)
+    api_client.user_agent = E2E_USER_AGENT
     ext = client.ApiextensionsV1Api(api_client)
     for crd in sorted((ROOT / "config" / "crd" / "bases").glob("*.yaml")):
         ext.create_custom_resource_definition(load(crd))

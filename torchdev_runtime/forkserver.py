@@ -337,7 +337,10 @@ def _run_worker(req: dict[str, Any], fds: list[int]) -> None:
 def _serve_one(conn: socket.socket) -> None:
     """In the forked supervisor: fork the worker, wait for it, send back its status.
 
-    When the client goes away first (killed, e.g. by a task timeout) the worker is terminated.
+    When the client goes away first (killed, e.g. by a task timeout, or with the runtime that
+    ran it) the worker is terminated with everything it started: it leads a process group of
+    its own (an ansible-playbook's task forks and module processes), which gets SIGTERM. A
+    runtime killed with SIGKILL so leaves no run behind that writes after it.
     """
     status = 1
     try:
@@ -348,6 +351,7 @@ def _serve_one(conn: socket.socket) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         pid = os.fork()
         if pid == 0:
+            os.setpgid(0, 0)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             for fd in (wake_r, wake_w, conn.fileno()):
@@ -363,7 +367,10 @@ def _serve_one(conn: socket.socket) -> None:
                 break
             ready, _, _ = select.select([conn, wake_r], [], [])
             if conn in ready and not conn.recv(1):
-                os.kill(pid, signal.SIGTERM)
+                try:
+                    os.killpg(pid, signal.SIGTERM)
+                except OSError:  # the worker has not made its group yet, or is gone
+                    os.kill(pid, signal.SIGTERM)
                 conn.close()
                 os.waitpid(pid, 0)
                 os._exit(0)
@@ -382,7 +389,9 @@ def _serve_one(conn: socket.socket) -> None:
 
 
 def serve(path: str, preload: list[str], ansiballz: bool = False,
-          ansible_cache: str | None = None) -> None:
+          ansible_cache: str | None = None, lifeline: int | None = None) -> None:
+    """Serve requests on the unix socket ``path`` until SIGTERM or, with ``lifeline`` (the
+    read end of a pipe whose write end only the runtime holds), until the runtime is gone."""
     if ansiballz:
         sys.meta_path.insert(0, AnsiballZFinder)
         preload = [*preload, *ANSIBALLZ_PRELOAD]
@@ -409,8 +418,16 @@ def serve(path: str, preload: list[str], ansiballz: bool = False,
     srv.bind(tmp)
     srv.listen(64)
     os.replace(tmp, path)  # the socket appears only when the server accepts
+    watched = [srv] if lifeline is None else [srv, lifeline]
     while True:
         try:
+            ready, _, _ = select.select(watched, [], [])
+            if lifeline in ready:  # the runtime is gone: so is the server
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+                stop()
             conn, _ = srv.accept()
         except InterruptedError:
             continue
@@ -480,18 +497,28 @@ class ForkServer:
         self.socket = os.path.join(work_dir, f"{name}.sock")
         self.shim = os.path.join(work_dir, name)
         self.proc: Any = None
+        self._lifeline: int | None = None
 
     def start(self, timeout: float = 30.0) -> "ForkServer":
         import subprocess
         import time
 
-        self.proc = subprocess.Popen(
-            [self.python, "-c", "import sys; from torchdev_runtime.forkserver import main; "
-             "sys.exit(main(sys.argv[1:]))", "--socket", self.socket,
-             "--preload", ",".join(self.preload)] + (["--ansiballz"] if self.ansiballz else [])
-            + (["--ansible-cache", self.ansible_cache] if self.ansible_cache else []),
-            stdin=subprocess.DEVNULL, start_new_session=True, env=self.env,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        # The server runs in its own session (a terminal's ^C reaches the runtime, which stops
+        # it), so nothing kills it with the runtime: it holds the read end of this pipe and
+        # exits when the write end, which only this process holds, closes -- also when the
+        # runtime is killed (SIGKILL) and cannot stop it.
+        lifeline, self._lifeline = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-c", "import sys; from torchdev_runtime.forkserver import main; "
+                 "sys.exit(main(sys.argv[1:]))", "--socket", self.socket,
+                 "--preload", ",".join(self.preload), "--lifeline-fd", str(lifeline)]
+                + (["--ansiballz"] if self.ansiballz else [])
+                + (["--ansible-cache", self.ansible_cache] if self.ansible_cache else []),
+                stdin=subprocess.DEVNULL, start_new_session=True, env=self.env, pass_fds=(lifeline,),
+                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        finally:
+            os.close(lifeline)
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -502,6 +529,9 @@ class ForkServer:
         return self
 
     def stop(self) -> None:
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -523,9 +553,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ansible-cache", metavar="DIR",
                     help="ansible-playbook runs: keep AnsiballZ payloads in DIR across runs, "
                          "parse collection metadata and load the plugins every run loads once")
+    ap.add_argument("--lifeline-fd", type=int, metavar="FD",
+                    help="exit when this pipe's write end (held by the runtime) closes")
     args = ap.parse_args(argv)
     serve(args.socket, [m for m in args.preload.split(",") if m], args.ansiballz,
-          args.ansible_cache)
+          args.ansible_cache, args.lifeline_fd)
     return 0
 
 

@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any, Iterator
 from urllib.parse import quote, urlencode
 
@@ -23,10 +24,11 @@ log = logging.getLogger("torchdev_runtime.kube")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, body: Any = None):
+    def __init__(self, status: int, reason: str, body: Any = None, retry_after: float | None = None):
         self.status = status
         self.reason = reason
         self.body = body
+        self.retry_after = retry_after  # seconds, when the answer said when to come back
         msg = reason
         if isinstance(body, dict) and body.get("message"):
             msg = body["message"]
@@ -86,8 +88,26 @@ class KubeClient:
         self._fetched_gv: set[str] = set()
 
     # -- low level ----------------------------------------------------------------------
+    # client-go's rest.Request: an answer that says when to come back (a 429, or a 5xx with
+    # Retry-After) is tried again after that many seconds, up to 10 times.
+    MAX_RETRIES = 10
+    MAX_RETRY_AFTER = 10.0
+
     def _request(self, method: str, path: str, query: dict[str, Any] | None = None,
                  body: Any = None, timeout: Any = 30, stream: bool = False):
+        for attempt in range(self.MAX_RETRIES + 1):
+            try:
+                return self._request_once(method, path, query, body, timeout, stream)
+            except ApiError as exc:
+                wait = exc.retry_after
+                if attempt == self.MAX_RETRIES or wait is None or not (
+                        exc.status == 429 or exc.status >= 500):
+                    raise
+                log.debug("%s %s: %s, again in %.1fs", method, path, exc, wait)
+                time.sleep(min(wait, self.MAX_RETRY_AFTER))
+
+    def _request_once(self, method: str, path: str, query: dict[str, Any] | None,
+                      body: Any, timeout: Any, stream: bool):
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -109,7 +129,12 @@ class KubeClient:
             except ValueError:
                 parsed = data.decode("utf-8", "replace")
         if not 200 <= resp.status < 300:
-            raise ApiError(resp.status, resp.reason or "", parsed)
+            retry_after = None
+            try:
+                retry_after = float(raw.headers.get("Retry-After"))
+            except (TypeError, ValueError, AttributeError):
+                pass
+            raise ApiError(resp.status, resp.reason or "", parsed, retry_after)
         return parsed
 
     # -- discovery ----------------------------------------------------------------------

@@ -6,6 +6,8 @@ either: per controller (``<kind>-controller``, lower case, as ansible-operator n
 - ``controller_runtime_reconcile_errors_total{controller}``
 - ``controller_runtime_reconcile_time_seconds{controller}``: a histogram
 - ``controller_runtime_active_workers{controller}``: reconciles running now
+- ``workqueue_depth{controller, name}``: keys waiting for a worker (delayed requeues not
+  counted until due), client-go's workqueue metric as controller-runtime registers it
 
 and, the runtime's own, ``torchdev_runtime_reconciles_total{controller, cause}`` (change,
 dependent, deadline, resync, retry, manual: why each ran).  ``torchdev-runtime
@@ -37,6 +39,7 @@ class RuntimeCollector:
                                    "Number of currently used workers per controller.", labels=["controller"])
         causes = CounterMetricFamily("torchdev_runtime_reconciles", "Reconciles per controller by cause.",
                                      labels=["controller", "cause"])
+        depth = GaugeMetricFamily("workqueue_depth", "Current depth of workqueue.", labels=["controller", "name"])
         for gvk, c in sorted(self.runtime.controllers.items(), key=lambda item: item[0].kind):
             name = "%s-controller" % gvk.kind.lower()
             with c._stats_lock:
@@ -48,9 +51,10 @@ class RuntimeCollector:
             times.add_metric([name], [("+Inf" if b == float("inf") else repr(b), n)
                                       for b, n in zip(RECONCILE_TIME_BUCKETS, buckets)], seconds)
             active.add_metric([name], stats["in_flight"])
+            depth.add_metric([name, name], len(c.queue))
             for cause, n in sorted(by_cause.items()):
                 causes.add_metric([name, cause], n)
-        yield from (total, errors, times, active, causes)
+        yield from (total, errors, times, active, causes, depth)
 
 
 def serve(runtime: Any, address: str) -> Any:

@@ -11,6 +11,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Hashable, Iterable
 
+from kubesim.deletions import ORIGIN
+
 if TYPE_CHECKING:  # pragma: no cover
     from kubesim.cluster import Cluster
 
@@ -94,6 +96,8 @@ class Controller:
             self.enqueue(key)
 
     async def run(self) -> None:
+        # what this task deletes is the controller's doing (kubesim/deletions.py)
+        ORIGIN.set({"via": "controller", "controller": self.name})
         for key in self.initial_keys():
             self.enqueue(key)
         while True:

@@ -108,17 +108,22 @@ def test_fraction(env, via):
     assert {http.get(f"/api/v1/namespaces/{ns}/configmaps")[0] for _ in range(5)} == {429}
 
 
-@pytest.mark.parametrize("via", VIAS)
-def test_dropped_connection(env, via):
-    sim, http, ns = env
-    add_fault(sim, via, verb="create", resource="configmaps", count=1, code="drop")
+def post_without_answer(sim, ns, name):
+    """POST a ConfigMap on a raw connection whose answer never comes (the connection breaks)."""
     host, port = sim.url.split("//")[1].split(":")
     conn = _http.HTTPConnection(host, int(port), timeout=5)
-    conn.request("POST", f"/api/v1/namespaces/{ns}/configmaps", json.dumps(cm("d")),
+    conn.request("POST", f"/api/v1/namespaces/{ns}/configmaps", json.dumps(cm(name)),
                  {"Content-Type": "application/json"})
     with pytest.raises((ConnectionError, _http.RemoteDisconnected, _http.BadStatusLine)):
         conn.getresponse()
     conn.close()
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_dropped_connection(env, via):
+    sim, http, ns = env
+    add_fault(sim, via, verb="create", resource="configmaps", count=1, code="drop")
+    post_without_answer(sim, ns, "d")
     assert sim.metrics()["requests"] == {"create configmaps 0": 1}  # code 0: no response
     # the official client sees a connection error too (no retries), then the next one works
     c = api_client(sim)
@@ -253,3 +258,91 @@ def test_injected_faults_are_counted(env):
     for _ in range(3):
         http.get(f"/api/v1/namespaces/{ns}/pods")
     assert sim.metrics()["requests"] == {"list pods 429": 2, "list pods 200": 1}
+
+
+# ------------------------------------------------------------------------------------------
+# What tests/reliability needs: more answers, a list of codes, writes that happened without an
+# answer, no-op writes in the request log, authentication
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code,reason,fragment", [
+    (401, "Unauthorized", "Unauthorized"),
+    (403, "Forbidden", 'cannot get resource "configmaps" in API group ""'),
+    (404, "NotFound", "could not find the requested resource"),
+])
+def test_auth_and_not_found_answers(env, code, reason, fragment):
+    sim, http, ns = env
+    http.post(f"/api/v1/namespaces/{ns}/configmaps", cm("a"))
+    sim.faults.add(verb="get", resource="configmaps", count=1, code=code)
+    got = http.get(f"/api/v1/namespaces/{ns}/configmaps/a")
+    assert got[0] == code
+    assert_status(got[1], code, reason, fragment)
+
+
+def test_code_list_verb_list_and_injected_counts(env):
+    sim, http, ns = env
+    sim.faults.seed(3)
+    sim.faults.add(verb="create,get", resource="configmaps", fraction=1.0, code=[409, 500])
+    codes = {http.post(f"/api/v1/namespaces/{ns}/configmaps", cm(f"x{i}"))[0] for i in range(20)}
+    assert codes == {409, 500}
+    assert http.get(f"/api/v1/namespaces/{ns}/configmaps")[0] == 200  # list is not in the list
+    injected = sim.faults.injected()
+    assert injected["409"] + injected["500"] == 20
+    with pytest.raises(ValueError):
+        sim.faults.add(code=[None])
+    with pytest.raises(ValueError):
+        sim.faults.add(code=[])
+
+
+def test_a_latency_rule_does_not_hide_a_failing_rule(env):
+    sim, http, ns = env
+    sim.faults.add(code=None, latency_ms=50)
+    sim.faults.add(verb="list", resource="configmaps", count=1, code=500)
+    t0 = time.monotonic()
+    assert http.get(f"/api/v1/namespaces/{ns}/configmaps")[0] == 500
+    assert time.monotonic() - t0 >= 0.05
+    assert sim.faults.injected() == {"latency": 1, "500": 1}
+
+
+def test_drop_after_serves_the_write_and_loses_the_answer(env):
+    sim, http, ns = env
+    sim.faults.add(verb="create", resource="configmaps", count=1, code="drop-after")
+    post_without_answer(sim, ns, "late")
+    assert http.get(f"/api/v1/namespaces/{ns}/configmaps/late")[0] == 200  # it was written
+    assert sim.metrics()["requests"]["create configmaps 0"] == 1
+
+
+def test_noop_writes_are_marked_in_the_request_log(env):
+    sim, http, ns = env
+    base = f"/api/v1/namespaces/{ns}/configmaps"
+    http.post(base, cm("n"))
+    http.patch(f"{base}/n", {"data": {"k": "v"}}, "application/merge-patch+json")      # no change
+    http.patch(f"{base}/n", {"data": {"k": "w"}}, "application/merge-patch+json")      # a change
+    marks = [(r["verb"], r.get("noop")) for r in sim.requests() if r["verb"] != "get"]
+    assert marks == [("create", False), ("patch", True), ("patch", False)]
+
+
+def test_put_of_a_missing_object_is_not_found_unless_the_kind_allows_it(env):
+    """A client retrying an update after a lost answer must not bring a deleted object back."""
+    sim, http, ns = env
+    code, data = http.put(f"/api/v1/namespaces/{ns}/configmaps/gone", cm("gone"))
+    assert code == 404 and data["reason"] == "NotFound"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"}, "rules": []}
+    assert http.put(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/r", role)[0] == 201
+    stale = dict(role, metadata={"name": "r2", "resourceVersion": "5"})
+    assert http.put(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/r2", stale)[0] == 409
+
+
+def test_bearer_tokens_are_checked_when_configured():
+    sim = KubeSim(nodes="", disabled=all_controllers(), tokens=["good"]).start()
+    try:
+        http = Http(sim)
+        assert http.get("/api/v1/namespaces")[0] == 401
+        assert http.get("/api/v1/namespaces", headers={"Authorization": "Bearer bad"})[0] == 401
+        assert http.get("/api/v1/namespaces", headers={"Authorization": "Bearer good"})[0] == 200
+        assert http.get("/version")[0] == 200 and http.get("/kubesim/metrics")[0] == 200  # public
+        # the kubeconfig carries the first token: the official client gets in
+        v1 = client.CoreV1Api(api_client(sim))
+        assert v1.list_namespace().items
+    finally:
+        sim.stop()

@@ -1,6 +1,7 @@
 """Watch: event order, resume from a resourceVersion, 410 Gone when too old, selectors,
 timeouts, custom resources and fan-out, through the official client's `watch.Watch` and
-raw streaming HTTP."""
+raw streaming HTTP; watches ended by the server, compaction and an HTTP restart that keeps
+the store."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from kubernetes import client, watch
 from kubesim.store import Store
 from kubesim.testing import KubeSim
 
-from .conftest import (WIDGET_CRD, WIDGET_GROUP, all_controllers, api_client, assert_status,
+from .conftest import (WIDGET_CRD, WIDGET_GROUP, Http, all_controllers, api_client, assert_status,
                        make_namespace, widget)
 
 
@@ -73,11 +74,15 @@ class Background:
         self.w.stop()
 
 
-@pytest.fixture(scope="module")
-def quiet():
+def _controllerless():
     sim = KubeSim(nodes="", disabled=all_controllers()).start()
     yield sim
     sim.stop()
+
+
+quiet = pytest.fixture(scope="module", name="quiet")(_controllerless)
+# a simulator of the test's own: compaction and restarts would disturb the module's
+fresh = pytest.fixture(name="fresh")(_controllerless)
 
 
 @pytest.fixture
@@ -304,3 +309,87 @@ def test_bad_watch_resource_version(quiet, rv, code):
     resp = pool.request("GET", f"{quiet.url}/api/v1/configmaps?watch=true&resourceVersion={rv}")
     assert resp.status == code
     assert json.loads(resp.data)["kind"] == "Status"
+
+
+# ------------------------------------------------------------------------------------------
+# Disruption (tests/reliability): watches ended by the server, compaction, a restart of the
+# HTTP server that keeps the store
+# ------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_v1(fresh):
+    c = api_client(fresh)
+    c.configuration.retries = False
+    yield client.CoreV1Api(c)
+    c.close()
+
+
+def test_end_watches_ends_streams_cleanly_and_resume_misses_nothing(fresh, fresh_v1):
+    v1 = fresh_v1
+    ns = make_namespace(fresh, "end")
+    rv = v1.create_namespaced_config_map(ns, cm("a")).metadata.resource_version
+    w = Background(v1.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=30)
+    v1.create_namespaced_config_map(ns, cm("b"))
+    assert w.until("b")[-1][:2] == ("ADDED", "b")
+    assert fresh.end_watches() == 1
+    assert w.next() is None  # ended without an error, like a server-side timeout
+    v1.create_namespaced_config_map(ns, cm("c"))  # while nobody watches
+    got = events(watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=rv,
+                                      timeout_seconds=2), 2)
+    assert [(t, n) for t, n, *_ in got] == [("ADDED", "b"), ("ADDED", "c")]
+    # the admin endpoint does the same
+    w = Background(v1.list_namespaced_config_map, ns, timeout_seconds=30)
+    assert {n for _, n, _ in (w.next(), w.next(), w.next())} == {"a", "b", "c"}
+    code, data = Http(fresh).post("/kubesim/watches/close", {})
+    assert code == 200 and data["closed"] >= 1
+    assert w.next() is None
+
+
+def test_compaction_makes_older_resource_versions_gone(fresh, fresh_v1):
+    v1 = fresh_v1
+    ns = make_namespace(fresh, "compact")
+    old = v1.create_namespaced_config_map(ns, cm("a")).metadata.resource_version
+    v1.create_namespaced_config_map(ns, cm("b"))
+    code, data = Http(fresh).post("/kubesim/compact", {})
+    assert code == 200 and int(data["compactedResourceVersion"]) > int(old)
+    with pytest.raises(client.ApiException) as e:
+        for _ in watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=old,
+                                      timeout_seconds=2):
+            pass
+    assert e.value.status == 410
+    # from the compacted resourceVersion on, a resumed watch misses nothing
+    now = data["compactedResourceVersion"]
+    v1.create_namespaced_config_map(ns, cm("c"))
+    got = events(watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=now,
+                                      timeout_seconds=2), 1)
+    assert got[0][:2] == ("ADDED", "c")
+    assert fresh.compact() >= int(now)
+
+
+def test_http_restart_keeps_the_store(fresh, fresh_v1):
+    v1 = fresh_v1
+    ns = make_namespace(fresh, "restart")
+    rv = v1.create_namespaced_config_map(ns, cm("a")).metadata.resource_version
+    w = Background(v1.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=30)
+    url = fresh.url
+    fresh.stop_http()
+    with pytest.raises(Exception):  # the stream is cut: the client sees a broken connection
+        w.next(timeout=10)
+    with pytest.raises(Exception) as e:
+        v1.list_namespaced_config_map(ns)
+    assert not isinstance(e.value, client.ApiException)  # refused: no server
+    # the store and its history live on: a change while the server is down
+    fresh.call(fresh.api.create, "configmaps", cm("b"), ns)
+    fresh.start_http()
+    assert fresh.url == url
+    assert sorted(i.metadata.name for i in v1.list_namespaced_config_map(ns).items) == ["a", "b"]
+    got = events(watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=rv,
+                                      timeout_seconds=2), 1)
+    assert got[0][:2] == ("ADDED", "b")
+    # restarted with a fresh history (compact): resuming from before the restart is 410 Gone
+    fresh.restart_http(compact=True)
+    with pytest.raises(client.ApiException) as e:
+        for _ in watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=rv,
+                                      timeout_seconds=2):
+            pass
+    assert e.value.status == 410

@@ -28,4 +28,5 @@ class FilterModule(object):
             "problem_status": conditions.problem_status,
             "failure_reason": conditions.failure_reason,
             "failure_message": conditions.failure_message,
+            "retryable": conditions.retryable,
         })

@@ -22,6 +22,8 @@ class FilterModule(object):
             "devserver_env": devserver.env,
             "devserver_replicas": rendezvous.replicas,
             "devserver_spec_problem": devserver.spec_problem,
+            "devserver_placement_problem": devserver.placement_problem,
+            "devserver_problem_requeue": devserver.problem_requeue,
             "rendezvous_env": rendezvous.rendezvous_env,
             "rendezvous_endpoint": rendezvous.rendezvous_endpoint,
             "rendezvous_errors": rendezvous.rendezvous_errors,

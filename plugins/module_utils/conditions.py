@@ -199,6 +199,32 @@ def failure_reason(failed_result=None, explicit=None):
     return {"reason": REASON_RECONCILE_ERROR, "transient": True}
 
 
+# HTTP statuses of a failed API request worth another try in the same run: a conflict (the next
+# attempt reads and applies afresh), too many requests, the server's transient failures.
+RETRYABLE_STATUSES = (409, 429, 500, 502, 503, 504)
+# What a client library says of a connection that failed or broke (urllib3, http.client).
+CONNECTION_ERRORS = ("Connection aborted", "RemoteDisconnected", "Connection refused", "Connection reset",
+                     "Max retries exceeded", "timed out", "BadStatusLine", "IncompleteRead", "ProtocolError")
+
+
+def retryable(result=None):
+    """Whether a task that called the API (kubernetes.core.k8s) failed for a reason that passes:
+    an answer in RETRYABLE_STATUSES, or a connection that failed or broke.  A task with
+    ``until: not (r | torchdev.operator.retryable)`` tries again; anything else (422, 403,
+    404, ...) fails at once, and a success is never retried."""
+    result = result or {}
+    if not result.get("failed"):
+        return False
+    text = " ".join(str(result.get(k, "")) for k in ("msg", "reason", "error", "status"))
+    codes = [int(c) for c in re.findall(r'"code"\s*:\s*(\d{3})', text)]
+    for key in ("status", "error", "status_code"):
+        if isinstance(result.get(key), int):
+            codes.append(result[key])
+    if codes:
+        return codes[-1] in RETRYABLE_STATUSES
+    return any(marker in text for marker in CONNECTION_ERRORS)
+
+
 def failure_message(failed_result=None, limit=1024):
     result = failed_result or {}
     msg = result.get("msg") or result.get("message") or "reconcile failed"

@@ -77,17 +77,26 @@ SHARED_CLAIM_SUFFIX = "-shared-efs"
 LOCAL_QUEUE = "torchdev"
 CLUSTER_QUEUE_PREFIX = "torchdev-"
 
+# --- the roles' API tasks --------------------------------------------------------------------
+# A kubernetes.core task whose request failed for a reason that passes (the filter retryable:
+# 409, 429, 5xx, a broken connection) is tried API_RETRIES more times, API_RETRY_DELAY seconds
+# apart, before the run fails (and the operator retries it with backoff).
+API_RETRIES = 3
+API_RETRY_DELAY = 1
+
 # --- condition reasons (docs/api.md) -----------------------------------------------------------
 # Degraded reasons of a problem with the spec or its flavor: permanent until one of them
 # changes, so the run records them and ends successfully (no retries).
-PROBLEM_REASONS = ("FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "NamespaceNotOwned")
+PROBLEM_REASONS = ("FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "NamespaceNotOwned", "ClaimNotFound",
+                   "QuotaExceeded")
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_RECONCILE_ERROR = "ReconcileError"
 DEVSERVER_REASONS = {
     "Ready": ("ServerReady", "PodsNotReady", "Queued", "Suspended", "UserStopped", "IdleTimeout", "Expired",
               "Cancelled", "ReconcileFailed"),
     "Progressing": ("Provisioning", "Queued", "RollingUpdate", "Reconciled", "SpecRejected"),
-    "Degraded": ("AsExpected", "FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ReconcileError", "PodFailed"),
+    "Degraded": ("AsExpected", "FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ClaimNotFound", "QuotaExceeded",
+                 "ReconcileError", "PodFailed"),
     "Expiring": ("NoDeadline", "ReservationExpiring", "IdleShutdownPending", "IdleTimeout"),
 }
 DEVUSER_REASONS = {

@@ -1,14 +1,15 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0
 """DevServer spec rules: what the CRD cannot check (spec errors, ignored fields), the
-container env, the replicas."""
+container env, the replicas, and what only the cluster can say (a claim that does not exist,
+a quota the server can never fit in)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 from ansible_collections.torchdev.operator.plugins.module_utils.plan import plain
-from ansible_collections.torchdev.operator.plugins.module_utils.quantity import parse_quantity
+from ansible_collections.torchdev.operator.plugins.module_utils.quantity import parse_quantity, quantity, scale
 
 # --------------------------------------------------------------------------- env
 # Set by the operator on every pod of a distributed DevServer (plugins/filter/rendezvous.py);
@@ -101,3 +102,76 @@ def spec_problem(spec):
     """{reason: InvalidSpec, message} for a DevServer spec the role cannot serve, else None."""
     errors = spec_errors(spec)
     return {"reason": "InvalidSpec", "message": "; ".join(errors)} if errors else None
+
+
+# --------------------------------------------------------------------------- placement
+# ResourceQuota ``hard`` keys a server's pods and home claims count against, and how much one
+# replica needs of each: compute resources from the flavor's requests (its limit when it sets
+# only that, as the API server defaults a request) and limits, claims and storage from its home.
+_COMPUTE = ("cpu", "memory", "ephemeral-storage", "nvidia.com/gpu")
+
+
+def _per_replica(resources, home_size):
+    requests = dict((resources or {}).get("limits") or {})
+    requests.update((resources or {}).get("requests") or {})
+    need = {"pods": 1, "persistentvolumeclaims": 1, "requests.storage": home_size}
+    for name in _COMPUTE:
+        if name in requests:
+            need["requests." + name] = requests[name]
+            if name in ("cpu", "memory"):
+                need[name] = requests[name]
+        limit = ((resources or {}).get("limits") or {}).get(name)
+        if limit is not None:
+            need["limits." + name] = limit
+    return need
+
+
+def placement_problem(spec, claim=None, quotas=None, resources=None, replicas=1, flavor=None):
+    """{reason, message} when the cluster can never run the server as asked, else None:
+
+    * ``ClaimNotFound``: spec.sharedVolumeClaimName names a claim (``claim``: the object read,
+      None when missing) that does not exist in the namespace: the pods would stay Pending;
+    * ``QuotaExceeded``: the server alone (``replicas`` pods of the flavor's ``resources``, one
+      home claim each) needs more of something than a ResourceQuota of the namespace
+      (``quotas``: the list read) allows in all: it could never start, whatever else stops.
+
+    Quotas with scopes are left out (they count only some pods)."""
+    spec = spec or {}
+    name = spec.get("sharedVolumeClaimName")
+    if name and claim is None:
+        return {"reason": "ClaimNotFound",
+                "message": "spec.sharedVolumeClaimName: PersistentVolumeClaim %s does not exist in the "
+                           "namespace (create it, or remove sharedVolumeClaimName)" % name}
+    replicas = int(replicas or 0)
+    if replicas < 1 or not resources or spec.get("suspend"):
+        return None
+    need = _per_replica(resources, spec.get("persistentHomeSize", "100Gi"))
+    for quota in quotas or []:
+        qspec = quota.get("spec") or {}
+        if qspec.get("scopes") or qspec.get("scopeSelector"):
+            continue
+        for key, hard in sorted((qspec.get("hard") or {}).items()):
+            if key not in need:
+                continue
+            if parse_quantity(need[key]) * replicas > parse_quantity(hard):
+                per = " (%d replicas x %s)" % (replicas, quantity(need[key])) if replicas > 1 else ""
+                return {"reason": "QuotaExceeded",
+                        "message": "spec.flavor: the server needs %s %s%s with flavor %s, more than ResourceQuota %s "
+                                   "allows in the namespace (%s): it can never start; ask for a smaller flavor or "
+                                   "a larger quota" % (key, scale(need[key], replicas), per, flavor or spec.get("flavor"),
+                                                       (quota.get("metadata") or {}).get("name"), hard)}
+    return None
+
+
+# A claim or a quota created later is no event of the server: how soon to look again (reads only).
+PLACEMENT_RECHECK_SECONDS = 60
+
+
+def problem_requeue(problem, deadline=""):
+    """How soon to look again at a server with a ``problem``: at its lifecycle ``deadline``
+    ("120s"), and after a ClaimNotFound or QuotaExceeded within PLACEMENT_RECHECK_SECONDS;
+    "" when nothing is due (a spec problem waits for the spec to change)."""
+    periods = [int(str(deadline).rstrip("s"))] if deadline else []
+    if (problem or {}).get("reason") in ("ClaimNotFound", "QuotaExceeded"):
+        periods.append(PLACEMENT_RECHECK_SECONDS)
+    return "%ds" % min(periods) if periods else ""

@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import json
 import os
+import time
 import traceback
 
 try:
@@ -81,21 +82,69 @@ def api_client(params):
 
 
 class RequestError(Exception):
-    """A non-2xx answer: status, reason and the response body."""
+    """A non-2xx answer: status, reason and the response body (and Retry-After, seconds)."""
 
-    def __init__(self, status, reason, body):
+    def __init__(self, status, reason, body, retry_after=None):
         Exception.__init__(self, "%s %s" % (status, reason))
-        self.status, self.reason, self.body = status, reason, body
+        self.status, self.reason, self.body, self.retry_after = status, reason, body, retry_after
 
 
-def request(client, method, path, body=None, content_type=None, timeout=30):
+# Answers worth another try: too many requests, and the server's transient failures. client-go
+# retries a 429 and a 5xx that carries Retry-After (rest.Request, up to 10 times); a reconcile
+# makes tens of requests, one of which failing fails the whole run, so every 5xx counts here.
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+# Attempts of one request, and the pauses between them (seconds); a Retry-After wins, up to
+# MAX_RETRY_AFTER. What our modules send is idempotent (GETs, merge patches of a status): a
+# request whose connection broke is sent again.
+ATTEMPTS = 5
+BACKOFF = (0.1, 0.2, 0.4, 0.8)
+MAX_RETRY_AFTER = 5.0
+
+
+def _retry_after(value):
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER)
+    except (TypeError, ValueError):
+        return None
+
+
+def request(client, method, path, body=None, content_type=None, timeout=30, attempts=ATTEMPTS,
+            sleep=time.sleep):
     """One request through the client's REST layer (its TLS, proxy and auth settings);
     returns the decoded JSON body, raises RequestError on a non-2xx answer.
+
+    Transient failures (RETRY_STATUSES, a connection that broke) are tried again, up to
+    ``attempts`` times in all, with a short backoff (BACKOFF, or the answer's Retry-After).
 
     The typed API methods are avoided on purpose: on recent client generations the
     first call of each method builds its validators (~0.1 s each, per process), and the
     JSON comes back exactly as the server sent it, on old and new client generations.
     """
+    for attempt in range(attempts):
+        last = attempt + 1 >= attempts
+        try:
+            return _request(client, method, path, body, content_type, timeout)
+        except RequestError as exc:
+            if last or exc.status not in RETRY_STATUSES:
+                raise
+            pause = exc.retry_after if exc.retry_after is not None else BACKOFF[min(attempt, len(BACKOFF) - 1)]
+        except (OSError, _connection_errors()):
+            if last:
+                raise
+            pause = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+        sleep(pause)
+
+
+def _connection_errors():
+    """The client library's errors for a connection that failed or broke (urllib3's)."""
+    try:
+        import urllib3
+        return urllib3.exceptions.HTTPError
+    except ImportError:  # pragma: no cover - kubernetes requires urllib3
+        return OSError
+
+
+def _request(client, method, path, body, content_type, timeout):
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type
@@ -106,8 +155,11 @@ def request(client, method, path, body=None, content_type=None, timeout=30):
         response = client.rest_client.request(method, client.configuration.host + path, headers=headers,
                                               body=body, _request_timeout=timeout)
     except ApiException as exc:  # older clients raise on non-2xx
-        raise RequestError(exc.status, exc.reason, exc.body)
+        raise RequestError(exc.status, exc.reason, exc.body,
+                           _retry_after((getattr(exc, "headers", None) or {}).get("Retry-After")))
     data = response.data if response.data is not None else response.read()
     if not 200 <= response.status < 300:
-        raise RequestError(response.status, response.reason, data)
+        getheader = getattr(response, "getheader", None)
+        raise RequestError(response.status, response.reason, data,
+                           _retry_after(getheader("Retry-After") if getheader else None))
     return json.loads(data) if data else None

@@ -72,12 +72,29 @@ def is_subset(desired, live, path=()):
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
             return False
+        named = _by_name(desired), _by_name(live)
+        if named[0] is not None and named[1] is not None:
+            # a list of named items (containers, volumes, volumeMounts, env, ports): the API
+            # server's apply merges them by name and keeps the order they have (a volume added
+            # later stays last), so their order is no difference an apply could remove
+            return set(named[0]) == set(named[1]) and all(
+                is_subset(d, named[1][n], path) for n, d in named[0].items())
         return all(is_subset(d, l, path) for d, l in zip(desired, live))
     if _scalar_equal(desired, live):
         return True
     if _quantity_path(path) and is_quantity(desired) and is_quantity(live):
         return quantity_cmp(desired, live) == 0
     return False
+
+
+def _by_name(items):
+    """{name: item} of a list of dicts with distinct names, else None."""
+    named = {}
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or item["name"] in named:
+            return None
+        named[item["name"]] = item
+    return named
 
 
 def object_key(obj):

@@ -194,9 +194,13 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
             out["failureReason"] = reason
         return out
 
-    # Completed and Failed are final: keep a finished Job (logs), never create one.
+    # Completed and Failed are final: keep a finished Job (logs), never create one, and keep
+    # the reason and message the job finished with (a later look -- a resync, an operator
+    # restart -- must not rewrite them).
     if out["state"] in FINAL:
-        out.update(run=current is not None, reason=st.get("failureReason") or "", message="")
+        ended = _condition(tj, "Succeeded" if out["state"] == "Completed" else "Failed") or {}
+        out.update(run=current is not None, reason=ended.get("reason") or st.get("failureReason") or "",
+                   message=ended.get("message") or "")
         return out
 
     deadline = policy.get("activeDeadlineSeconds")

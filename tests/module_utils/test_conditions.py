@@ -108,6 +108,33 @@ def test_failure_reason(result, reason, transient):
     assert conditions.failure_reason(result) == {"reason": reason, "transient": transient}
 
 
+# kubernetes.core.k8s failures as they read (captured against kubesim's fault injection)
+def _apply_failed(code, reason):
+    return {"failed": True, "reason": reason,
+            "msg": 'Failed to apply object: {"kind":"Status","apiVersion":"v1","status":"Failure","code":%d}' % code}
+
+
+@pytest.mark.parametrize("result,again", [
+    (_apply_failed(409, "Conflict"), True),
+    (_apply_failed(429, "Too Many Requests"), True),
+    (_apply_failed(500, "Internal Server Error"), True),
+    (_apply_failed(503, "Service Unavailable"), True),
+    ({"failed": True, "msg": "Failed to apply object: ('Connection aborted.', RemoteDisconnected('Remote end "
+                             "closed connection without response'))"}, True),
+    ({"failed": True, "msg": "HTTPConnectionPool(host='127.0.0.1', port=1): Max retries exceeded with url: /api"}, True),
+    (_apply_failed(422, "Unprocessable Entity"), False),
+    (_apply_failed(403, "Forbidden"), False),
+    (_apply_failed(404, "Not Found"), False),
+    ({"failed": True, "msg": "failed to get DevUser x: 500 Internal Server Error", "status_code": 500}, True),
+    ({"failed": True, "msg": "InvalidSpec: bad"}, False),
+    ({"changed": True}, False),                      # a success is never retried
+    ({"skipped": True}, False),
+    (None, False),
+])
+def test_retryable(result, again):
+    assert conditions.retryable(result) is again
+
+
 def test_failure_message_is_compact_and_bounded():
     assert conditions.failure_message({"msg": "a\n  b"}) == "a b"
     assert len(conditions.failure_message({"msg": "x" * 5000})) == 1024

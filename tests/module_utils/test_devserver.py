@@ -81,3 +81,50 @@ def test_env_reserved_and_default_entries():
                 single + [{"name": "PATH", "value": "/opt/torchdev/bin:/bin"}])
     assert [e for e in out if e["name"] in ("WORLD_SIZE", "PATH")] == [
         {"name": "WORLD_SIZE", "value": "2"}, {"name": "PATH", "value": "/mine"}]
+
+
+QUOTA = {"metadata": {"name": "torchdev-quota"},
+         "spec": {"hard": {"requests.cpu": "64", "requests.memory": "256Gi", "requests.nvidia.com/gpu": "0",
+                           "persistentvolumeclaims": "32", "requests.storage": "2Ti"}}}
+SCOPED = {"metadata": {"name": "best-effort"}, "spec": {"hard": {"pods": "0"}, "scopes": ["BestEffort"]}}
+A10G = {"requests": {"cpu": "7", "memory": "28Gi", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+SMALL = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}}
+CLAIM = {"metadata": {"name": "team"}}
+
+
+@pytest.mark.parametrize("spec,claim,quotas,resources,replicas,reason,fragment", [
+    ({"flavor": "cpu-small"}, None, [QUOTA], SMALL, 1, None, None),
+    ({"flavor": "cpu-small", "sharedVolumeClaimName": "team"}, CLAIM, [QUOTA], SMALL, 1, None, None),
+    ({"flavor": "cpu-small", "sharedVolumeClaimName": "team"}, None, [QUOTA], SMALL, 1, "ClaimNotFound",
+     "spec.sharedVolumeClaimName: PersistentVolumeClaim team does not exist"),
+    ({"flavor": "gpu-a10g-1"}, None, [QUOTA], A10G, 1, "QuotaExceeded",
+     "needs requests.nvidia.com/gpu 1 with flavor gpu-a10g-1, more than ResourceQuota torchdev-quota allows"),
+    ({"flavor": "gpu-a10g-1", "suspend": True}, None, [QUOTA], A10G, 1, None, None),  # suspended: no pods
+    ({"flavor": "cpu-small"}, None, [QUOTA], SMALL, 40, "QuotaExceeded", "persistentvolumeclaims 40 (40 replicas x 1)"),
+    ({"flavor": "cpu-small"}, None, [{"metadata": {"name": "q"}, "spec": {"hard": {"requests.cpu": "3"}}}], SMALL, 2,
+     "QuotaExceeded", "requests.cpu 4 (2 replicas x 2)"),
+    ({"flavor": "cpu-small", "persistentHomeSize": "1Ti"}, None, [QUOTA], SMALL, 3, "QuotaExceeded",
+     "requests.storage 3Ti (3 replicas x 1Ti)"),
+    ({"flavor": "cpu-small"}, None, [SCOPED], SMALL, 1, None, None),  # scoped quotas count only some pods
+    ({"flavor": "cpu-small"}, None, [{"metadata": {"name": "q"}, "spec": {"hard": {"limits.memory": "4Gi"}}}],
+     SMALL, 1, "QuotaExceeded", "limits.memory 8Gi"),
+    ({"flavor": "cpu-small"}, None, [{"metadata": {"name": "q"}, "spec": {"hard": {"pods": "1"}}}], SMALL, 2,
+     "QuotaExceeded", "pods 2"),
+    ({"flavor": "cpu-small"}, None, None, SMALL, 1, None, None),
+])
+def test_placement_problem(spec, claim, quotas, resources, replicas, reason, fragment):
+    problem = devserver.placement_problem(spec, claim, quotas, resources, replicas, spec["flavor"])
+    assert (problem or {}).get("reason") == reason
+    if fragment:
+        assert fragment in problem["message"]
+
+
+@pytest.mark.parametrize("problem,deadline,period", [
+    ({"reason": "ClaimNotFound"}, "", "60s"),
+    ({"reason": "QuotaExceeded"}, "3600s", "60s"),
+    ({"reason": "QuotaExceeded"}, "30s", "30s"),
+    ({"reason": "InvalidSpec"}, "", ""),         # waits for the spec to change
+    ({"reason": "FlavorNotFound"}, "120s", "120s"),
+])
+def test_problem_requeue(problem, deadline, period):
+    assert devserver.problem_requeue(problem, deadline) == period

@@ -1,9 +1,11 @@
 """Table-driven tests of plugins/module_utils/k8s.py: the client configuration our modules
-share with kubernetes.core's conventions (options, K8S_AUTH_*), raw requests and their errors."""
+share with kubernetes.core's conventions (options, K8S_AUTH_*), raw requests, their errors and
+their retries of transient failures."""
 
 import json
 
 import pytest
+import urllib3
 from kubernetes.client.rest import ApiException
 
 from ansible_collections.torchdev.operator.plugins.module_utils import k8s
@@ -51,8 +53,11 @@ def test_api_client_from_a_kubeconfig(tmp_path, monkeypatch):
 
 
 class _Response:
-    def __init__(self, status, data, reason="R"):
-        self.status, self.data, self.reason = status, data, reason
+    def __init__(self, status, data, reason="R", headers=None):
+        self.status, self.data, self.reason, self.headers = status, data, reason, headers or {}
+
+    def getheader(self, name):
+        return self.headers.get(name)
 
 
 @pytest.mark.parametrize("answer,expected", [
@@ -86,6 +91,46 @@ def test_request(answer, expected):
     assert headers == {"Accept": "application/json", "Content-Type": "application/apply-patch+yaml",
                        "authorization": "Bearer t"}
     assert timeout in (7, 30)
+
+
+OK = _Response(200, b'{"ok": true}')
+BUSY = _Response(429, b'{"code": 429}', "Too Many Requests", {"Retry-After": "1"})
+FAILING = _Response(500, b'{"code": 500}', "Internal Server Error")
+DROPPED = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
+
+
+@pytest.mark.parametrize("answers,result,pauses", [
+    ([BUSY, OK], {"ok": True}, [1.0]),                              # Retry-After honoured
+    ([FAILING, FAILING, OK], {"ok": True}, [0.1, 0.2]),             # backoff
+    ([DROPPED, OK], {"ok": True}, [0.1]),                           # a broken connection
+    ([FAILING] * 5, 500, [0.1, 0.2, 0.4, 0.8]),                     # five attempts, then the error
+    ([DROPPED] * 5, urllib3.exceptions.ProtocolError, [0.1, 0.2, 0.4, 0.8]),
+    ([_Response(422, b"{}", "Unprocessable Entity"), OK], 422, []),  # permanent: at once
+    ([_Response(404, b"{}", "Not Found"), OK], 404, []),
+    ([_Response(409, b"{}", "Conflict"), OK], 409, []),             # a conflict needs a fresh read
+    ([_Response(429, b"{}", "Too Many Requests", {"Retry-After": "600"}), OK], {"ok": True}, [5.0]),  # capped
+])
+def test_request_retries_transient_failures(answers, result, pauses):
+    client = k8s.api_client({"host": "https://api", "api_key": "t"})
+    left, slept = list(answers), []
+
+    def fake_request(method, url, headers=None, body=None, _request_timeout=None):
+        answer = left.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    client.rest_client.request = fake_request
+    if isinstance(result, int):
+        with pytest.raises(k8s.RequestError) as err:
+            k8s.request(client, "GET", "/api/v1/pods", sleep=slept.append)
+        assert err.value.status == result
+    elif isinstance(result, type):
+        with pytest.raises(result):
+            k8s.request(client, "GET", "/api/v1/pods", sleep=slept.append)
+    else:
+        assert k8s.request(client, "GET", "/api/v1/pods", sleep=slept.append) == result
+    assert slept == pauses
 
 
 class _Module:

@@ -36,6 +36,13 @@ _RESIZE = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
     ({"resources": {"limits": {"memory": "1Gi"}}}, {"resources": {"limits": {"memory": "1024Mi"}}}, True),
     ({"value": "1"}, {"value": "1.0"}, False),  # only quantity fields compare by value
     ({"port": 22}, {"port": "22"}, False),
+    # named items: merged by name, kept in the order they have (a volume added later is last)
+    ({"v": [{"name": "a", "x": 1}, {"name": "b"}]}, {"v": [{"name": "b"}, {"name": "a", "x": 1}]}, True),
+    ({"v": [{"name": "a", "x": 1}, {"name": "b"}]}, {"v": [{"name": "b"}, {"name": "a", "x": 2}]}, False),
+    ({"v": [{"name": "a"}, {"name": "b"}]}, {"v": [{"name": "a"}, {"name": "c"}]}, False),
+    ({"v": [{"name": "a"}]}, {"v": [{"name": "a"}, {"name": "b"}]}, False),  # one more is drift too
+    ({"args": ["b", "a"]}, {"args": ["a", "b"]}, False),  # plain lists keep their order
+    ({"v": [{"name": "a"}, {"name": "a", "x": 1}]}, {"v": [{"name": "a", "x": 1}, {"name": "a"}]}, False),
 ])
 def test_is_subset(desired, live, expected):
     assert plan.is_subset(desired, live) is expected

@@ -88,6 +88,14 @@ CASES = [
      None, [], {"run": False, "state": "Completed", "completionTime": "2026-01-01T00:05:00Z"}),
     ("final keeps its job", _tj({"state": "Failed", "failureReason": "BackoffLimitExceeded"}),
      _job(cond=("Failed", "PodFailurePolicy")), [], {"run": True, "state": "Failed"}),
+    # a later look at a finished job (a resync, an operator restart) keeps why it finished
+    ("final keeps its reason", _tj({"state": "Completed", "conditions": [
+        {"type": "Succeeded", "status": "True", "reason": "JobComplete", "message": "all 2 workers succeeded"}]}),
+     _job(cond=("Complete", "")), [], {"state": "Completed", "reason": "JobComplete",
+                                       "message": "all 2 workers succeeded"}),
+    ("failed keeps its reason", _tj({"state": "Failed", "failureReason": "WorkerFailed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "WorkerFailed", "message": "worker 1 exited 1"}]}),
+     None, [], {"state": "Failed", "reason": "WorkerFailed", "message": "worker 1 exited 1"}),
 ]
 
 

@@ -93,6 +93,15 @@ def test_interpreter_flags_and_a_missing_server_fall_back_to_the_interpreter(ser
     assert (got.returncode, got.stdout.strip()) == (4, "fallback False")
 
 
+def _written_pid(pidfile, timeout: float = 30) -> int:
+    """The pid a worker script writes to ``pidfile`` once it runs."""
+    deadline = time.monotonic() + timeout
+    while not (pidfile.exists() and pidfile.read_text()):
+        assert time.monotonic() < deadline, "the worker did not start"
+        time.sleep(0.02)
+    return int(pidfile.read_text())
+
+
 def test_killing_the_client_terminates_the_worker(server, tmp_path):
     pidfile = tmp_path / "pid"
     path = script(tmp_path, f"""
@@ -101,11 +110,7 @@ def test_killing_the_client_terminates_the_worker(server, tmp_path):
         time.sleep(60)
     """)
     client = subprocess.Popen([server.shim, path])
-    deadline = time.monotonic() + 30
-    while not (pidfile.exists() and pidfile.read_text()):
-        assert time.monotonic() < deadline, "worker did not start"
-        time.sleep(0.02)
-    worker = int(pidfile.read_text())
+    worker = _written_pid(pidfile)
     client.send_signal(signal.SIGTERM)
     client.wait(timeout=10)
     deadline = time.monotonic() + 10
@@ -116,6 +121,54 @@ def test_killing_the_client_terminates_the_worker(server, tmp_path):
             break
         assert time.monotonic() < deadline, "worker still running after its client died"
         time.sleep(0.02)
+
+
+def _gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_killing_the_client_terminates_what_the_worker_started(server, tmp_path):
+    """An ansible-playbook worker's task processes and modules go with it (its process group):
+    nothing it started goes on writing after the runtime that ran it is gone."""
+    pidfile = tmp_path / "child"
+    path = script(tmp_path, f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pidfile)!r}, 'w').write(str(child.pid))
+        time.sleep(60)
+    """)
+    client = subprocess.Popen([server.shim, path])
+    child = _written_pid(pidfile)
+    client.kill()
+    client.wait(timeout=10)
+    assert _gone(child), "the worker's child still runs after the client died"
+
+
+def test_the_server_exits_when_its_runtime_is_gone(tmp_path):
+    """The runtime holds the only write end of the server's lifeline: when the runtime dies
+    (SIGKILL: no stop()), the server sees the pipe close and exits."""
+    srv = ForkServer(str(tmp_path), "py", preload=("yaml",))
+    runtime = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from torchdev_runtime.forkserver import ForkServer
+        srv = ForkServer({str(tmp_path)!r}, "py", preload=("yaml",)).start()
+        print(srv.proc.pid, flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    server_pid = int(runtime.stdout.readline())
+    assert not _gone(server_pid, 0.5)
+    runtime.kill()
+    runtime.wait(timeout=10)
+    assert _gone(server_pid), "the fork server outlived its runtime"
+    assert not os.path.exists(srv.socket)
 
 
 def test_exit_handlers_run_in_the_worker_as_in_the_interpreter(server, tmp_path):
