@@ -1,6 +1,7 @@
 """Benchmark: one DevServer reconcile against the floor, and a burst of 50 DevServers.
 
     python -m bench.reconcile [--runs 5] [--burst 50] [--skip-burst]
+    python -m bench.reconcile --production [--repeat 2] [--burst 50]
 
 1. Steady-state reconcile of an unchanged, Ready DevServer through the same
    ansible-runner path the operator uses, against the floor: a role with a single
@@ -11,6 +12,13 @@
    processes from its fork server (torchdev_runtime/forkserver.py) unless
    TORCHDEV_FORKSERVER=0, which gives the figure for a fresh process per run, as under
    ansible-operator.
+3. --production: that burst on the production path (a fresh process per run, as
+   ansible-operator runs the roles) against its floor, alternately in the same run: the
+   floor is the runs the burst's DevServers take at the least (two each: the create, then
+   the Ready transition) of the one-task role of (1), fresh processes, over the burst's
+   DevServers, as many at a time as the runtime's workers. Each pair is printed with its
+   ratio, then the median ratio and the spread (target <= 1.5); then the burst with the fork
+   servers, for comparison.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import resource
 import subprocess
 import tempfile
 import types
@@ -36,6 +45,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 NODES = ("cpu:8x{cpu:16,memory:64Gi,ephemeral-storage:400Gi,"
          "labels:{torchdev.io/node-pool:cpu,node.kubernetes.io/instance-type:m6i.4xlarge}}")
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBenchmarkKeyForTorchdevReconcilexxxxxxxxxxxxx bench"
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process and of its children that have ended: with
+    other work on the machine, a figure that wall-clock time is not."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _clients(sim: KubeSim):
@@ -93,22 +109,26 @@ def bench_single(runs: int) -> float:
         role_runner = AnsibleRunner(devserver_watch, sim.kubeconfig, ansible_config=cfg)
         floor_runner = AnsibleRunner(floor_watch, sim.kubeconfig, ansible_config=cfg)
         obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "one")
-        role_t, floor_t = [], []
+        role_t, floor_t, role_cpu, floor_cpu = [], [], [], []
         writes_before = sim.writes()
         for i in range(runs + 1):  # the first pair warms caches and is dropped
-            for runner, out in ((floor_runner, floor_t), (role_runner, role_t)):
-                t0 = time.perf_counter()
+            for runner, out, cpu in ((floor_runner, floor_t, floor_cpu), (role_runner, role_t, role_cpu)):
+                t0, cpu0 = time.perf_counter(), _cpu()
                 res = runner.run(obj, f"bench-{i}")
                 if not res.ok:
                     raise SystemExit(f"reconcile failed: {res.summary()}")
                 if i:
                     out.append(time.perf_counter() - t0)
+                    cpu.append(_cpu() - cpu0)
         writes = sim.writes() - writes_before
         role_m, floor_m = statistics.median(role_t), statistics.median(floor_t)
         ratio = role_m / floor_m
-        print(f"floor reconcile (one k8s_info task), median of {runs}: {floor_m:.3f} s")
-        print(f"devserver reconcile (unchanged, Ready), median of {runs}: {role_m:.3f} s")
-        print(f"ratio devserver/floor: {ratio:.2f} (target <= 1.5)")
+        print(f"floor reconcile (one k8s_info task), median of {runs}: {floor_m:.3f} s, "
+              f"CPU {statistics.median(floor_cpu):.3f} s")
+        print(f"devserver reconcile (unchanged, Ready), median of {runs}: {role_m:.3f} s, "
+              f"CPU {statistics.median(role_cpu):.3f} s")
+        print(f"ratio devserver/floor: {ratio:.2f}, CPU "
+              f"{statistics.median(role_cpu) / statistics.median(floor_cpu):.2f} (target <= 1.5)")
         print(f"write requests during the unchanged reconciles: {writes}")
         return ratio
 
@@ -122,11 +142,13 @@ def _kubesim_process(nodes: str):
                                  "--kubeconfig", kubeconfig, "--nodes", nodes])
         try:
             deadline = time.monotonic() + 30
-            while not os.path.exists(kubeconfig):
+            while not os.path.exists(kubeconfig) or not os.path.getsize(kubeconfig):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit("kubesim did not start")
                 time.sleep(0.05)
-            yield types.SimpleNamespace(kubeconfig=kubeconfig)
+            with open(kubeconfig, encoding="utf-8") as fh:
+                url = yaml.safe_load(fh)["clusters"][0]["cluster"]["server"]
+            yield types.SimpleNamespace(kubeconfig=kubeconfig, pid=proc.pid, url=url)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -155,31 +177,109 @@ def _wait_all_ready(custom, ns: str, n: int, timeout: float) -> None:
             raise SystemExit(f"timed out waiting for {n} DevServers to be Ready ({len(ready)} are)")
 
 
-def bench_burst(n: int, concurrency: int | None) -> float:
+def _floor_runs(kubeconfig: str, objects: list[dict], runs_per_object: int,
+                concurrency: int) -> tuple[float, float]:
+    """Seconds and CPU seconds for ``runs_per_object`` runs of the floor role (bench/roles/floor: one
+    kubernetes.core.k8s_info task) per object, fresh processes (no fork server), as many at a
+    time as ``concurrency``: the least a burst of these objects could cost."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torchdev_runtime.runner import AnsibleRunner
+    from torchdev_runtime.runtime import collections_environ
+    from torchdev_runtime.watches import load_watches
+
+    cfg = str(ROOT / "ansible.cfg")
+    watches = load_watches(str(ROOT / "watches.yaml"), environ=collections_environ(cfg))
+    watch = next(w for w in watches if w.gvk.kind == "DevServer")
+    runner = AnsibleRunner(dataclasses.replace(watch, role=str(ROOT / "bench" / "roles" / "floor")),
+                           kubeconfig, ansible_config=cfg)
+    jobs = [obj for _ in range(runs_per_object) for obj in objects]
+
+    def one(i: int) -> None:
+        res = runner.run(jobs[i], f"floor-{i}")
+        if not res.ok:
+            raise SystemExit(f"floor run failed: {res.summary()}")
+
+    try:
+        t0, cpu0 = time.perf_counter(), _cpu()
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            list(pool.map(one, range(len(jobs))))
+        return time.perf_counter() - t0, _cpu() - cpu0
+    finally:
+        runner.close()
+
+
+@dataclasses.dataclass
+class Burst:
+    seconds: float
+    cpu: float  # CPU seconds of the operator: the runtime and every process it started
+    reconciles: int
+    floor_seconds: float | None = None
+    floor_cpu: float | None = None
+
+
+def bench_burst(n: int, concurrency: int | None, forkserver: bool | None = None,
+                floor_runs_per_server: int = 0) -> Burst:
+    """n DevServers created at once: the seconds until all are Ready, the operator's CPU
+    seconds, the reconciles run, and with ``floor_runs_per_server`` the floor over the same
+    DevServers (_floor_runs)."""
     from torchdev_runtime.runtime import Runtime
 
     ns = "bench-burst"
     with _kubesim_process(NODES) as sim:
         custom = _setup(sim, ns)
+        cpu0 = _cpu()
         rt = Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig,
                      ansible_config=str(ROOT / "ansible.cfg"),
-                     max_concurrent_reconciles=concurrency).start()
+                     max_concurrent_reconciles=concurrency, forkserver=forkserver).start()
         try:
             t0 = time.perf_counter()
             for i in range(n):
                 custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
                                                        _devserver(f"burst-{i:02d}"))
 
-            _wait_all_ready(custom, ns, n, 600)
+            _wait_all_ready(custom, ns, n, 1800)
             elapsed = time.perf_counter() - t0
             counters = rt.counters("DevServer")
         finally:
             rt.stop()
-        print(f"burst: {n} DevServers created at once, all Ready after {elapsed:.1f} s "
-              f"(target < 60 s; {os.cpu_count()} CPUs, max concurrent reconciles "
-              f"{rt.watches[0].max_concurrent_reconciles}; reconciles run: {counters.get('started')}; "
-              f"fork server {'on' if rt.use_forkserver else 'off (TORCHDEV_FORKSERVER=0)'})")
-        return elapsed
+        # after stop: the fork servers' children count once the servers have ended
+        result = Burst(elapsed, _cpu() - cpu0, int(counters.get("started") or 0))
+        workers = rt.watches[0].max_concurrent_reconciles
+        print(f"burst: {n} DevServers created at once, all Ready after {elapsed:.1f} s, "
+              f"operator CPU {result.cpu:.1f} s (target < 60 s; {os.cpu_count()} CPUs, max concurrent "
+              f"reconciles {workers}; reconciles run: {result.reconciles}; "
+              f"fork server {'on' if rt.use_forkserver else 'off (TORCHDEV_FORKSERVER=0)'})", flush=True)
+        if floor_runs_per_server:
+            objects = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "devservers")["items"]
+            result.floor_seconds, result.floor_cpu = _floor_runs(sim.kubeconfig, objects, floor_runs_per_server, workers)
+            print(f"floor: {floor_runs_per_server * len(objects)} runs of the one-task role, fresh processes, "
+                  f"{workers} at a time: {result.floor_seconds:.1f} s, CPU {result.floor_cpu:.1f} s", flush=True)
+        return result
+
+
+def _spread(values: list[float], unit: str = "") -> str:
+    return (f"median {statistics.median(values):.2f}{unit} (min {min(values):.2f}, max {max(values):.2f}, "
+            f"n={len(values)})")
+
+
+def bench_production(n: int, concurrency: int | None, repeat: int) -> float:
+    """The burst with a fresh process per run against its floor, alternately (see the
+    module's docstring, 3); the median ratio of the seconds."""
+    pairs = []
+    for i in range(repeat):
+        burst = bench_burst(n, concurrency, forkserver=False, floor_runs_per_server=2)
+        assert burst.floor_seconds and burst.floor_cpu
+        pairs.append(burst)
+        print(f"pair {i + 1}/{repeat}: burst {burst.seconds:.1f} s / floor {burst.floor_seconds:.1f} s = "
+              f"{burst.seconds / burst.floor_seconds:.2f}; CPU {burst.cpu:.1f} s / {burst.floor_cpu:.1f} s = "
+              f"{burst.cpu / burst.floor_cpu:.2f}", flush=True)
+    ratios = [b.seconds / b.floor_seconds for b in pairs]
+    print(f"production path, {n} DevServers: burst {_spread([b.seconds for b in pairs], ' s')}; "
+          f"floor {_spread([b.floor_seconds for b in pairs], ' s')}", flush=True)
+    print(f"ratio burst/floor: seconds {_spread(ratios)}; CPU seconds "
+          f"{_spread([b.cpu / b.floor_cpu for b in pairs])} (target <= 1.5)", flush=True)
+    return statistics.median(ratios)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,10 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", type=int, default=50)
     ap.add_argument("--skip-burst", action="store_true")
     ap.add_argument("--skip-single", action="store_true")
+    ap.add_argument("--production", action="store_true",
+                    help="the burst with a fresh process per run against its floor (3), then the "
+                         "burst with the fork servers; nothing else")
+    ap.add_argument("--repeat", type=int, default=2, help="--production: burst/floor pairs")
     ap.add_argument("--concurrency", type=int, default=None,
                     help="max concurrent reconciles (default: the runtime's, the CPU count)")
     args = ap.parse_args(argv)
     os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+    if args.production:
+        bench_production(args.burst, args.concurrency, args.repeat)
+        bench_burst(args.burst, args.concurrency, forkserver=True)
+        return 0
     if not args.skip_single:
         bench_single(args.runs)
     if not args.skip_burst:

@@ -2,36 +2,50 @@
 
 Import discipline: this module and the command modules import only click and
 the standard library at import time; ``kubernetes`` is imported by
-``devctl.api`` on the first API call, so ``devctl --help`` stays fast.
+``devctl.api`` on the first API call, so ``devctl --help`` stays fast.  A
+command's module is imported when that command runs (``COMMANDS``): ``devctl
+list`` does not import the modules of ``admin``, ``infer`` or ``run``.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
 from . import API_VERSION, __version__
-from .admin import admin
-from .config import Settings, config_group
-from .devserver import create, delete, get, list_
+from .config import Settings
 from .errors import one_line
-from .flavor import flavors
-from .lifecycle import cancel, extend, keepalive, reserve, start, stop
 from .output import dump_json, output_option
-from .monitor import monitor
-from .queue import queue
-from .quota import quota
-from .run import run
-from .ssh import ssh
-from .usage import usage
-from .whoami import whoami
-from .train import train
-from .infer import infer
+
+# Every command but ``version``: its name -> "module:object", imported on first use.
+COMMANDS = {
+    "create": "devserver:create", "list": "devserver:list_", "get": "devserver:get", "delete": "devserver:delete",
+    "stop": "lifecycle:stop", "start": "lifecycle:start", "cancel": "lifecycle:cancel", "extend": "lifecycle:extend",
+    "keepalive": "lifecycle:keepalive", "reserve": "lifecycle:reserve", "ssh": "ssh:ssh", "run": "run:run",
+    "monitor": "monitor:monitor", "flavors": "flavor:flavors", "queue": "queue:queue", "quota": "quota:quota",
+    "usage": "usage:usage", "whoami": "whoami:whoami", "config": "config:config_group", "admin": "admin:admin",
+    "train": "train:train", "infer": "infer:infer",
+}
 
 
 class DevctlGroup(click.Group):
-    """Prints every error as one ``error: ...`` line: exit 2 for usage, 1 otherwise."""
+    """Prints every error as one ``error: ...`` line: exit 2 for usage, 1 otherwise.  The
+    commands of ``COMMANDS`` are imported when they are looked up (click's lazily loaded
+    subcommands)."""
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, _, name = COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module("." + module, __package__), name)
+            if command.name != cmd_name:
+                raise RuntimeError("devctl: COMMANDS[%r] is the command %r" % (cmd_name, command.name))
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -98,10 +112,6 @@ def version(output: str) -> None:
     else:
         click.echo(f"devctl {__version__} ({API_VERSION}, python {info['python']})")
 
-
-for _command in (create, list_, get, delete, stop, start, cancel, extend, keepalive, reserve, ssh, run, monitor,
-                 flavors, queue, quota, usage, whoami, config_group, admin, train, infer):
-    cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

@@ -44,6 +44,8 @@ cluster-scoped children) themselves.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
 import random
 import threading
@@ -135,6 +137,29 @@ def _strip_for_dependent(obj: dict[str, Any]) -> dict[str, Any]:
     md.pop("resourceVersion", None)
     o["metadata"] = md
     return o
+
+
+# What a dependent's cache keeps of each object (dependent_view): the metadata the mapping to
+# the owner reads, and a digest of everything DependentPredicate compares.
+DEPENDENT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
+                      "ownerReferences", "deletionTimestamp")
+DEPENDENT_DIGEST = "torchdev-runtime/digest"
+
+
+def dependent_view(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the cache of a kind watched only as a dependent keeps of an object: apiVersion,
+    kind, the metadata the owner mapping reads (ownerReferences, annotations, ...) and, in
+    ``metadata[DEPENDENT_DIGEST]``, a digest of all that dependent_event_passes compares (the
+    object but its status and resourceVersion).  The
+    predicate gives the same answer on two views as on the two objects; the rest (a
+    ConfigMap's data, a StatefulSet's pod template, managedFields) is not kept: it is what
+    makes a cache of every ConfigMap and StatefulSet of the cluster large, and nothing reads it."""
+    md = obj.get("metadata") or {}
+    digest = hashlib.sha256(json.dumps(_strip_for_dependent(obj), sort_keys=True, separators=(",", ":"),
+                                       default=str).encode()).hexdigest()
+    view_md = {k: md[k] for k in DEPENDENT_METADATA if k in md}
+    view_md[DEPENDENT_DIGEST] = digest
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": view_md}
 
 
 def dependent_event_passes(etype: str, old: dict[str, Any] | None,

@@ -79,6 +79,9 @@ PLAYBOOK_PRELOAD = (
     "ansible.playbook.task_include", "ansible.playbook.included_file",
     "ansible.plugins.callback", "ansible.plugins.filter.core", "ansible.plugins.test.core",
     "jinja2", "yaml", "json", "multiprocessing", "queue",
+    # the torchdev.operator action plugins (k8s_observe, k8s_status, k8s_apply) make their
+    # requests with the Kubernetes client in the ansible-playbook process
+    "kubernetes.client", "kubernetes.config",
 )
 MAX_REQUEST = 4 * 1024 * 1024
 # Set by serve() from the command line (--ansible-cache).

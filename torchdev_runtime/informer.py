@@ -7,7 +7,9 @@
 * handlers get ``(event_type, old, new)`` with event_type in ADDED, MODIFIED, DELETED
   (old is None for ADDED, new is the last known object for DELETED);
 * a handler added after the first sync receives the cached objects as ADDED events
-  (controller-runtime replays the cache to a new event handler the same way).
+  (controller-runtime replays the cache to a new event handler the same way);
+* ``transform`` (client-go's SetTransform) turns each object into what the cache keeps and
+  the handlers get, e.g. less of it (controller.dependent_view).
 """
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ def object_key(obj: dict[str, Any]) -> tuple[str, str]:
 
 class Informer:
     def __init__(self, client: KubeClient, gvk: GVK, namespace: str | None = None,
-                 stop_event: threading.Event | None = None):
+                 stop_event: threading.Event | None = None,
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
         self.client = client
+        self.transform = transform
         self.gvk = gvk
         self.namespace = namespace or None
         self._stop = stop_event or threading.Event()
@@ -122,7 +126,7 @@ class Informer:
             for it in data.get("items") or []:
                 it.setdefault("apiVersion", api_version)
                 it.setdefault("kind", self.gvk.kind)
-                items.append(it)
+                items.append(self.transform(it) if self.transform else it)
             md = data.get("metadata") or {}
             rv = md.get("resourceVersion") or rv
             cont = md.get("continue")
@@ -202,7 +206,7 @@ class Informer:
                     if etype in ("ADDED", "MODIFIED", "DELETED"):
                         obj.setdefault("apiVersion", self.gvk.api_version)
                         obj.setdefault("kind", self.gvk.kind)
-                        self._apply(etype, obj)
+                        self._apply(etype, self.transform(obj) if self.transform else obj)
                 self._stream = None
                 backoff = 0.2
             except ApiError as exc:

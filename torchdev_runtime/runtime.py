@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from .controller import Controller, ReconcileRecord
+from .controller import Controller, ReconcileRecord, dependent_view
 from .gotime import format_duration
 from .forkserver import PLAYBOOK_PRELOAD, ForkServer
 from .informer import Informer
@@ -198,8 +198,12 @@ class Runtime:
         return self.client.resource_for(gvk)
 
     def informers_for(self, gvk: GVK, namespaced: bool) -> list[Informer]:
+        """The shared informers of a kind (one per watched namespace).  A kind no watch
+        reconciles is watched only as a dependent: its cache keeps dependent_view of each
+        object (the owner mapping's metadata and a digest), not the object."""
         nss: list[str | None] = list(self.namespaces) if (namespaced and self.namespaces) \
             else [None]
+        primary = any(w.gvk == gvk for w in self.watches)
         out = []
         with self._inf_lock:
             for ns in nss:
@@ -207,7 +211,8 @@ class Runtime:
                 inf = self._informers.get(key)
                 if inf is None:
                     assert self.client is not None
-                    inf = Informer(self.client, gvk, ns, self._stop)
+                    inf = Informer(self.client, gvk, ns, self._stop,
+                                   transform=None if primary else dependent_view)
                     self._informers[key] = inf
                     inf.start()
                 out.append(inf)

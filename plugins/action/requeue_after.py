@@ -13,6 +13,10 @@ __metaclass__ = type
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.torchdev.operator.plugins.module_utils.durations import check_period
+from ansible_collections.torchdev.operator.plugins.plugin_utils.preload import jinja_plugins
+
+# Loaded in the controller's process: the later tasks' forks find our filters imported (preload.py).
+jinja_plugins()
 
 
 class ActionModule(ActionBase):

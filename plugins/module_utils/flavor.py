@@ -106,11 +106,16 @@ def flavor_users(devservers, flavor_name):
 
 
 def flavor_notices(devservers, flavor_name, digest, annotation=FLAVOR_HASH_ANNOTATION):
-    """Merge-patch bodies that set ``annotation: digest`` on the users that lack it."""
+    """Merge-patch bodies that set ``annotation: digest`` on the users that lack it and were
+    not reconciled with this flavor spec yet: one whose status.flavorSpecHash is ``digest``
+    (a server created since the flavor's last change) needs no reconcile, and the annotation
+    would cost it one."""
     result = []
     for ds in flavor_users(devservers, flavor_name):
         meta = ds.get("metadata") or {}
         if (meta.get("annotations") or {}).get(annotation) == digest:
+            continue
+        if (ds.get("status") or {}).get("flavorSpecHash") == digest:
             continue
         result.append({
             "apiVersion": ds.get("apiVersion") or API_VERSION,

@@ -337,28 +337,30 @@ def run(module):
     module.exit_json(**result)
 
 
+# The arguments (AnsibleModule's argument_spec; the action plugin of the same name validates
+# them the same way, plugins/plugin_utils/controller_module.py).
+ARGUMENT_SPEC = dict(
+    namespace=dict(type="str"),
+    queries=dict(type="dict", required=True),
+    devuser=dict(type="dict", options=dict(
+        label=dict(type="str", required=True),
+        api_version=dict(type="str", default=API_VERSION),
+    )),
+    kueue=dict(type="dict", options=dict(
+        resource_flavor=dict(type="str"),
+        local_queue=dict(type="str"),
+        workload_owner=dict(type="str"),
+        priority_class=dict(type="str"),
+        user_label=dict(type="str"),
+        user_api_version=dict(type="str", default=API_VERSION),
+        eta=dict(type="bool", default=False),
+    )),
+    **AUTH_ARG_SPEC
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            namespace=dict(type="str"),
-            queries=dict(type="dict", required=True),
-            devuser=dict(type="dict", options=dict(
-                label=dict(type="str", required=True),
-                api_version=dict(type="str", default=API_VERSION),
-            )),
-            kueue=dict(type="dict", options=dict(
-                resource_flavor=dict(type="str"),
-                local_queue=dict(type="str"),
-                workload_owner=dict(type="str"),
-                priority_class=dict(type="str"),
-                user_label=dict(type="str"),
-                user_api_version=dict(type="str", default=API_VERSION),
-                eta=dict(type="bool", default=False),
-            )),
-            **AUTH_ARG_SPEC
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, run, "k8s_observe")
 
 

@@ -137,21 +137,23 @@ def run(module):
     module.exit_json(changed=True, status=result, patch=patch)
 
 
+# The arguments (AnsibleModule's argument_spec; the action plugin of the same name validates
+# them the same way, plugins/plugin_utils/controller_module.py).
+ARGUMENT_SPEC = dict(
+    api_version=dict(type="str", required=True),
+    kind=dict(type="str", required=True),
+    plural=dict(type="str"),
+    name=dict(type="str", required=True),
+    namespace=dict(type="str"),
+    status=dict(type="dict", default={}),
+    conditions=dict(type="list", elements="dict"),
+    observed_generation=dict(type="int"),
+    **AUTH_ARG_SPEC
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            api_version=dict(type="str", required=True),
-            kind=dict(type="str", required=True),
-            plural=dict(type="str"),
-            name=dict(type="str", required=True),
-            namespace=dict(type="str"),
-            status=dict(type="dict", default={}),
-            conditions=dict(type="list", elements="dict"),
-            observed_generation=dict(type="int"),
-            **AUTH_ARG_SPEC
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, run, "k8s_status")
 
 

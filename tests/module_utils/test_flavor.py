@@ -84,10 +84,14 @@ def test_flavor_notices():
         {"metadata": {"name": "b", "namespace": "n2", "annotations": {constants.FLAVOR_HASH_ANNOTATION: "h"}}, "spec": {"flavor": "gpu"}},
         {"metadata": {"name": "c", "namespace": "n3"}, "spec": {"flavor": "cpu"}},
         {"metadata": {"name": "d", "namespace": "n4", "deletionTimestamp": "t"}, "spec": {"flavor": "gpu"}},
+        # created since the flavor's last change: reconciled with this spec already
+        {"metadata": {"name": "e", "namespace": "n5"}, "spec": {"flavor": "gpu"}, "status": {"flavorSpecHash": "h"}},
     ]
-    assert [d["metadata"]["name"] for d in flavor.flavor_users(dss, "gpu")] == ["a", "b"]
+    assert [d["metadata"]["name"] for d in flavor.flavor_users(dss, "gpu")] == ["a", "b", "e"]
     assert flavor.flavor_notices(dss, "gpu", "h") == [{"apiVersion": constants.API_VERSION, "kind": "DevServer", "metadata": {
         "name": "a", "namespace": "n1", "annotations": {constants.FLAVOR_HASH_ANNOTATION: "h"}}}]
+    # the flavor changes: every user not reconciled with the new spec is told, "e" included
+    assert [n["metadata"]["name"] for n in flavor.flavor_notices(dss, "gpu", "h2")] == ["a", "b", "e"]
 
 
 def test_flavor_problem_missing_flavor_names_the_field():

@@ -1,12 +1,13 @@
 """Work queue semantics, controller-runtime's rate limiter and the event predicates."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import pytest
 
-from torchdev_runtime.controller import (annotation_requests, dependent_event_passes,
+from torchdev_runtime.controller import (annotation_requests, dependent_event_passes, dependent_view,
                                          find_k8s_objects, owner_requests,
                                          primary_event_passes)
 from torchdev_runtime.watches import GVK, Watch
@@ -189,9 +190,39 @@ DEPENDENT = [
 ]
 
 
+DEPENDENT_VIEWS = DEPENDENT + [
+    ("data change passes", "MODIFIED", {**obj(), "data": {"a": "1"}}, {**obj(rv="2"), "data": {"a": "2"}}, True),
+    ("managedFields change passes", "MODIFIED", obj(), {**obj(rv="2"), "metadata": {
+        **obj()["metadata"], "resourceVersion": "2", "managedFields": [{"manager": "m"}]}}, True),
+    ("annotation change passes", "MODIFIED", obj(), obj(ann={"a": "b"}, rv="2"), True),
+    ("the same object, a new resourceVersion and status", "MODIFIED", {**obj(), "data": {"a": "1"}},
+     {**obj(status={"x": 1}, rv="3"), "data": {"a": "1"}}, False),
+]
+
+
 @pytest.mark.parametrize("name,etype,old,new,want", DEPENDENT, ids=[d[0] for d in DEPENDENT])
 def test_dependent_predicate(name, etype, old, new, want):
     assert dependent_event_passes(etype, old, new) is want
+
+
+@pytest.mark.parametrize("name,etype,old,new,want", DEPENDENT_VIEWS, ids=[d[0] for d in DEPENDENT_VIEWS])
+def test_dependent_predicate_on_views(name, etype, old, new, want):
+    """A dependent's cache keeps dependent_view of each object: the predicate answers alike."""
+    view = (lambda o: None if o is None else dependent_view(o))
+    assert dependent_event_passes(etype, old, new) is want
+    assert dependent_event_passes(etype, view(old), view(new)) is want
+
+
+def test_dependent_view_keeps_what_the_mapping_reads():
+    ann = {"operator-sdk/primary-resource": "team/alice", "operator-sdk/primary-resource-type": "DevServer.torchdev.io"}
+    owners = [{"apiVersion": "torchdev.io/v1alpha1", "kind": "DevServer", "name": "a", "uid": "1", "controller": True}]
+    o = {**obj(owners=owners, ann=ann, ns="team", labels={"l": "1"}), "data": {"big": "x" * 10000}}
+    v = dependent_view(o)
+    assert owner_requests(v, W.gvk, True) == owner_requests(o, W.gvk, True) == {("team", "a")}
+    assert annotation_requests(v, W.gvk) == annotation_requests(o, W.gvk) == {("team", "alice")}
+    assert v["metadata"]["resourceVersion"] == o["metadata"]["resourceVersion"] and "data" not in v
+    assert (v["apiVersion"], v["kind"], v["metadata"]["labels"]) == (o["apiVersion"], o["kind"], {"l": "1"})
+    assert len(json.dumps(v)) < 1000
 
 
 def test_owner_mapping_any_matching_owner_reference():

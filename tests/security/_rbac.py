@@ -15,6 +15,8 @@ Three parts:
                          (observed objects: get + patch; force: + update);
                          patched: get + patch; absent: get + delete; wait: + list, watch
     kubernetes.core.k8s_info  get by name, else list; wait: + watch
+    torchdev.operator.k8s_apply    server-side apply: patch (template origin: + create, an
+                                   apply that creates checks the create verb)
     torchdev.operator.k8s_observe  per query: get by name, list by label selector
     torchdev.operator.k8s_status   get <resource>, patch <resource>/status
 
@@ -359,7 +361,7 @@ class _Role:
             return {Source("observed", *self._query_resource(queries[k])) for k in keys if not queries[k].get("discovery")}
         if module == "k8s_info":
             return {self._source("observed", self.const(args.get("api_version", "v1")), self.const(args["kind"]))}
-        if module == "k8s":
+        if module in ("k8s", "k8s_apply"):
             return {Source("observed", s.group, s.resource, s.kind) for s in self._targets(args, "present")}
         return set()
 
@@ -465,6 +467,12 @@ def scan_role(role: str, reg: Registry, roles_dir: Path = ROLES) -> RoleScan:
                     for verb in verbs:
                         scan.add(Access(src.group, src.resource, verb), why)
                     if state == "present" and src.origin == "template":
+                        scan.created.add((src.group, src.resource))
+            elif module == "k8s_apply":
+                for src in r._targets(args, "present"):
+                    for verb in ("create", "patch") if src.origin == "template" else ("patch",):
+                        scan.add(Access(src.group, src.resource, verb), why)
+                    if src.origin == "template":
                         scan.created.add((src.group, src.resource))
             elif module == "k8s_info":
                 group, plural = resource_of(reg, r.const(args.get("api_version", "v1")), r.const(args["kind"]))

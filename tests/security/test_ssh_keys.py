@@ -117,7 +117,7 @@ KEY_FREE = {
             "the UsageRecords (no keys in them) and the CR's status.usageRecords.oldestEndedAt",
     },
     "devserver": {
-        "main.yml: Report a problem with the spec or its flavor": COMMON,
+        "rejected.yml: Record the problem with the spec or its flavor": COMMON,
         "main.yml: Record the failure": COMMON,
         "status.yml: Write the DevServer status": STATUS,
         "status.yml: Look again soon while the server's pods are starting": "a period computed from the status",
