@@ -107,15 +107,19 @@ def flavor_users(devservers, flavor_name):
 
 def flavor_notices(devservers, flavor_name, digest, annotation=FLAVOR_HASH_ANNOTATION):
     """Merge-patch bodies that set ``annotation: digest`` on the users that lack it and were
-    not reconciled with this flavor spec yet: one whose status.flavorSpecHash is ``digest``
-    (a server created since the flavor's last change) needs no reconcile, and the annotation
-    would cost it one."""
+    not reconciled with this flavor spec yet: a server never told of a flavor change whose
+    status.flavorSpecHash is ``digest`` (created since the flavor's last change) needs no
+    reconcile, and the annotation would cost it one.  A server told of another spec before is
+    always told again: the run that found that spec invalid kept the status of the server it
+    left running, flavorSpecHash included, so a flavor edited back to that spec would look
+    reconciled while the server still says Degraded."""
     result = []
     for ds in flavor_users(devservers, flavor_name):
         meta = ds.get("metadata") or {}
-        if (meta.get("annotations") or {}).get(annotation) == digest:
+        told = (meta.get("annotations") or {}).get(annotation)
+        if told == digest:
             continue
-        if (ds.get("status") or {}).get("flavorSpecHash") == digest:
+        if told is None and (ds.get("status") or {}).get("flavorSpecHash") == digest:
             continue
         result.append({
             "apiVersion": ds.get("apiVersion") or API_VERSION,

@@ -92,6 +92,11 @@ def test_flavor_notices():
         "name": "a", "namespace": "n1", "annotations": {constants.FLAVOR_HASH_ANNOTATION: "h"}}}]
     # the flavor changes: every user not reconciled with the new spec is told, "e" included
     assert [n["metadata"]["name"] for n in flavor.flavor_notices(dss, "gpu", "h2")] == ["a", "b", "e"]
+    # edited into an invalid spec h2 and back to h: the server told of h2 kept its status of h
+    # (a rejected spec leaves the running server's status as it was) and is told again
+    back = [{"metadata": {"name": "f", "namespace": "n6", "annotations": {constants.FLAVOR_HASH_ANNOTATION: "h2"}},
+             "spec": {"flavor": "gpu"}, "status": {"flavorSpecHash": "h"}}]
+    assert [n["metadata"]["name"] for n in flavor.flavor_notices(back, "gpu", "h")] == ["f"]
 
 
 def test_flavor_problem_missing_flavor_names_the_field():

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from _workload import Burst, compare, object_duplicates, wait_settled
-from conftest import check_data_safety, new_runtime, start_sim
+from _reliability import check_data_safety, new_runtime, start_sim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

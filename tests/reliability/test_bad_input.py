@@ -22,7 +22,7 @@ import pytest
 import urllib3
 
 from _workload import condition, get, items
-from conftest import new_runtime
+from _reliability import new_runtime
 
 pytestmark = [pytest.mark.e2e]
 

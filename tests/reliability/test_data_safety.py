@@ -10,7 +10,7 @@ import pytest
 import urllib3
 
 from _data_safety import DataSafety, data_class
-from conftest import start_sim
+from _reliability import start_sim
 
 G = "torchdev.io/v1alpha1"
 OPERATOR_AGENT = "OpenAPI-Generator/33.1.0/python"  # what the operator's requests carry

@@ -19,7 +19,7 @@ import yaml
 
 from _e2e_helpers import ROOT
 from _workload import get
-from conftest import start_sim
+from _reliability import start_sim
 
 pytestmark = [pytest.mark.e2e]
 
@@ -29,7 +29,7 @@ NS = "dev-failing"
 
 @pytest.fixture(scope="module")
 def sim():
-    from conftest import check_data_safety
+    from _reliability import check_data_safety
 
     s = start_sim(tokens=[TOKEN])
     s.call(s.api.create, "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def setup(sim):
-    from conftest import new_runtime
+    from _reliability import new_runtime
 
     burst = Burst(sim, "wd", servers=3, distributed=1)
     with new_runtime(sim) as rt:
