@@ -28,6 +28,7 @@ class FilterModule(object):
             "trainingjob_trainer_rules": trainingjob.trainer_rules,
             "trainingjob_checkpoint_claim": trainingjob.checkpoint_claim,
             "trainingjob_keep_suspend": trainingjob.keep_suspend,
+            "trainingjob_keep_live_template": trainingjob.keep_live_template,
             "trainingjob_decide": trainingjob_status.decide,
             "trainingjob_status": trainingjob_status.status,
             "trainingjob_rejected_status": trainingjob_status.rejected_status,

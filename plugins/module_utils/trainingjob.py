@@ -30,6 +30,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.torchdev.operator.plugins.module_utils import rendezvous
+from ansible_collections.torchdev.operator.plugins.module_utils.plan import is_subset
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     API_GROUP, API_VERSION, GPU_RESOURCE, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PART_OF,
     MANAGED_BY, PART_OF, REASON_INVALID_SPEC, TRAINING_ATTEMPT_ANNOTATION, TRAININGJOB_LABEL,
@@ -299,6 +300,30 @@ def keep_suspend(objects, live_job, queued):
         if obj and obj.get("kind") == "Job":
             obj = json.loads(json.dumps(obj))
             obj["spec"]["suspend"] = suspended
+        result.append(obj)
+    return result
+
+
+def keep_live_template(objects, live_job):
+    """A running Job keeps the pod template it was created with.
+
+    The workers' fields of a TrainingJob (image, command, env, resources, hyperparameters, ...)
+    may be edited while it runs, but a Job's ``spec.template`` is immutable unless the Job is
+    suspended: applying the new one is rejected (422), and the run used to end as Failed
+    InvalidSpec while its workers kept training.  The edit takes effect when the Job is created
+    again: at the next attempt (a whole-group restart) or after suspend/resume.  Until then the
+    desired Job carries the live template (after stamping: the desired hash is the new spec's,
+    so the Job is written once with it and is then unchanged)."""
+    if not live_job or (live_job.get("metadata") or {}).get("deletionTimestamp") \
+            or (live_job.get("spec") or {}).get("suspend"):
+        return objects
+    live_template = (live_job.get("spec") or {}).get("template")
+    result = []
+    for obj in objects or []:
+        if obj and obj.get("kind") == "Job" and live_template is not None \
+                and not is_subset((obj.get("spec") or {}).get("template"), live_template):
+            obj = json.loads(json.dumps(obj))
+            obj["spec"]["template"] = json.loads(json.dumps(live_template))
         result.append(obj)
     return result
 

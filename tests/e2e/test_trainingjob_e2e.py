@@ -176,6 +176,31 @@ def test_suspend_and_resume(sim, kube, runtime, ns):
     assert len(workers(kube, ns, "pause")) == 2
 
 
+def test_an_edit_of_a_running_job_waits_for_its_next_start(sim, kube, runtime, ns):
+    """A Job's pod template is immutable while it runs: an edit of the workers' fields keeps the
+    job running as it was (it was marked Failed InvalidSpec, its workers still training) and
+    takes effect when the Job is created again, here after suspend/resume."""
+    create(kube, ns, tj("edit"))
+    wait_state(sim, kube, ns, "edit", "Running")
+    old = batch(kube).read_namespaced_job("edit", ns).spec.template.spec.containers[0].image
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "edit",
+                                                  {"spec": {"image": "registry.example.com/train:2"}})
+    edited = sim.wait_for(lambda: (lambda o: o if o["status"].get("observedGeneration") == 2 else None)(
+        get_tj(kube, ns, "edit")), 60, interval=0.1, message="the edit reconciled")
+    assert edited["status"]["state"] == "Running" and edited["status"].get("failureReason") is None, edited["status"]
+    assert not any(c["type"] == "Degraded" and c["status"] == "True" for c in edited["status"]["conditions"])
+    assert all(r.ok for r in runtime.history("TrainingJob") if r.name == "edit")
+    assert batch(kube).read_namespaced_job("edit", ns).spec.template.spec.containers[0].image == old
+    assert len(workers(kube, ns, "edit")) == 2
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "edit", {"spec": {"suspend": True}})
+    wait_state(sim, kube, ns, "edit", "Suspended")
+    sim.wait_for(lambda: not workers(kube, ns, "edit"), 30, message="workers stopped")
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "edit", {"spec": {"suspend": False}})
+    wait_state(sim, kube, ns, "edit", "Running")
+    assert batch(kube).read_namespaced_job("edit", ns).spec.template.spec.containers[0].image == \
+        "registry.example.com/train:2"
+
+
 def test_reconcile_of_an_unchanged_running_job_writes_nothing(sim, kube, runtime, ns):
     create(kube, ns, tj("idem"))
     wait_state(sim, kube, ns, "idem", "Running")

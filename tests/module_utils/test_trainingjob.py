@@ -121,6 +121,27 @@ def test_keep_suspend(live, queued, want):
     assert out[0]["spec"].get("suspend") == want and out[1] == objs[1]
 
 
+_LIVE_TEMPLATE = {"metadata": {"labels": {"controller-uid": "u"}},
+                  "spec": {"containers": [{"name": "worker", "image": "old:1", "terminationMessagePath": "/dev/x"}]}}
+
+
+@pytest.mark.parametrize("live,image,kept", [
+    (None, "new:2", False),  # no Job yet: created from the new spec
+    ({"spec": {"template": _LIVE_TEMPLATE}}, "old:1", False),  # unchanged: the rendered template stays
+    ({"spec": {"template": _LIVE_TEMPLATE}}, "new:2", True),  # running: it keeps its template
+    ({"spec": {"suspend": True, "template": _LIVE_TEMPLATE}}, "new:2", False),  # suspended: mutable
+    ({"metadata": {"deletionTimestamp": "t"}, "spec": {"template": _LIVE_TEMPLATE}}, "new:2", False),
+])
+def test_keep_live_template(live, image, kept):
+    job = {"kind": "Job", "metadata": {"annotations": {"h": "x"}}, "spec": {"parallelism": 2, "template": {
+        "spec": {"containers": [{"name": "worker", "image": image}]}}}}
+    objs = [job, {"kind": "Service", "spec": {}}]
+    out = tj.keep_live_template(objs, live)
+    assert out[0]["spec"]["template"] == (_LIVE_TEMPLATE if kept else job["spec"]["template"])
+    assert out[0]["metadata"] == job["metadata"] and out[0]["spec"]["parallelism"] == 2 and out[1] == objs[1]
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == image  # the input is not changed
+
+
 @pytest.mark.parametrize("annotations,attempt", [({}, None), ({"torchdev.io/attempt": "2"}, 2), ({"torchdev.io/attempt": "x"}, None)])
 def test_attempt_of(annotations, attempt):
     assert tj.attempt_of({"metadata": {"annotations": annotations}}) == attempt
