@@ -1,6 +1,6 @@
 """Benchmark: what the DevServer lifecycle costs (issue 12 item 8): no periodic work.
 
-    python -m bench.lifecycle [--servers 100] [--minutes 10] [--scale 60]
+    python -m bench.lifecycle [--servers 100] [--minutes 10] [--scale 60] [--spread 0]
 
 Creates N DevServers with reservations on kubesim with the local runtime; once all are Ready,
 half report idle (as their lifecycle agents would: one patch of <name>-activity each) and
@@ -15,6 +15,12 @@ server: 3 warnings + the expiry (deadlines), the stop's own spec change; per idl
 report (dependent), 3 idle warnings + the idle stop.  Everything else is zero.  (The setup
 spreads the servers' first Ready over minutes; before the window each reservation is extended
 to end the same number of scaled hours after the window starts.)
+
+By default every reservation ends, and every idle server reached its idle timeout, in the same
+second: two herds of N/2 stops at once, the worst case for how long after its deadline a
+server stops (2 workers on 2 cores work through them one after the other).  --spread S spreads
+the deadlines evenly over S seconds (the expiries around the same moment, the idle reports'
+"since" over the S seconds before the window), as reservations booked at different times end.
 """
 from __future__ import annotations
 
@@ -65,7 +71,7 @@ def _ends(custom, idle: set[str]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _stop_lags(custom, idle_since: str) -> dict[str, list[int]]:
+def _stop_lags(custom, idle_since: dict[str, str]) -> dict[str, list[int]]:
     """Seconds from each ended reservation's deadline to its stop ({endReason: [lag, ...]}):
     endedAt (the stop the operator wrote) minus expiresAt for Expired, minus the idle deadline
     (the agents' reported idle time + idleTimeout; status.idle is gone once stopped) for Idle
@@ -77,7 +83,7 @@ def _stop_lags(custom, idle_since: str) -> dict[str, list[int]]:
         if reason == "Expired":
             due = _time(res["expiresAt"])
         elif reason == "Idle":
-            due = _time(idle_since) + timedelta(seconds=int(obj["spec"]["lifecycle"]["idleTimeout"]))
+            due = _time(idle_since[obj["metadata"]["name"]]) + timedelta(seconds=int(obj["spec"]["lifecycle"]["idleTimeout"]))
         else:
             continue
         out.setdefault(reason, []).append(int((_time(res["endedAt"]) - due).total_seconds()))
@@ -89,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", type=int, default=100)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--scale", type=int, default=60, help="seconds of real time per second of the window's clock")
+    parser.add_argument("--spread", type=int, default=0,
+                        help="seconds over which the deadlines are spread (0: all in the same second)")
     args = parser.parse_args(argv)
 
     from kubernetes import client, config
@@ -122,11 +130,14 @@ def main(argv: list[str] | None = None) -> int:
             # Every reservation counts from its server's first Ready, which the setup spread over
             # minutes: extend each (a spec change, before the window) to end sec(8) from now.
             ends = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=sec(8))
+            # server i's deadlines are offset by offset(i) in [0, spread), the servers shuffled
+            offset = lambda i: (i * 37 % n) * args.spread // n  # noqa: E731
             expected = {}
             for obj in custom.list_namespaced_custom_object(GROUP, VERSION, NS, "devservers")["items"]:
                 name = obj["metadata"]["name"]
                 started = _time(obj["status"]["reservation"]["startedAt"])
-                duration = int((ends - started).total_seconds())
+                own_end = ends + timedelta(seconds=offset(int(name.split("-")[1])) - args.spread // 2)
+                duration = int((own_end - started).total_seconds())
                 custom.patch_namespaced_custom_object(GROUP, VERSION, NS, "devservers", name,
                                                       {"spec": {"lifecycle": {"duration": f"{duration}s"}}})
                 expected[name] = (started + timedelta(seconds=duration)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -141,22 +152,25 @@ def main(argv: list[str] | None = None) -> int:
             before = rt.counters("DevServer")
             sim.reset_metrics()
             start = time.monotonic()
-            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            now = datetime.now(timezone.utc).replace(microsecond=0)
+            since = {f"lc-{i:03d}": (now - timedelta(seconds=offset(i))).strftime("%Y-%m-%dT%H:%M:%SZ")
+                     for i in range(half)}
             for i in range(half):  # what each idle pod's agent sends: one state change
                 core.patch_namespaced_config_map(f"lc-{i:03d}-activity", NS, {"data": {f"lc-{i:03d}-0": json.dumps(
-                    {"state": "idle", "since": stamp, "reasons": []})}})
+                    {"state": "idle", "since": since[f"lc-{i:03d}"], "reasons": []})}})
             time.sleep(max(0.0, args.minutes * 60 - (time.monotonic() - start)))
             after = rt.counters("DevServer")
             metrics = sim.metrics()
             phases = _phase(custom)
             outcomes = _ends(custom, {f"lc-{i:03d}" for i in range(half)})
-            lags = _stop_lags(custom, stamp)
+            lags = _stop_lags(custom, since)
         finally:
             rt.stop()
     causes = {k: after["causes"].get(k, 0) - before["causes"].get(k, 0) for k in after["causes"]}
     started = after["started"] - before["started"]
     print(f"window: {args.minutes:g} min, {n} DevServers ({half} idle with autoShutdown, {n - half} active), "
-          f"time scale 1:{args.scale} (reservations {sec(8)} s, idle timeout {sec(5)} s, warnings {warnings})")
+          f"time scale 1:{args.scale} (reservations {sec(8)} s, idle timeout {sec(5)} s, warnings {warnings}); "
+          f"deadlines " + (f"spread over {args.spread} s" if args.spread else "all in the same second"))
     print(f"reconciles: {started} ({started / n:.1f} per server); by cause: {json.dumps(causes, sort_keys=True)}")
     print(f"API requests: {metrics['total']} ({metrics['total'] / n:.1f} per server), writes {metrics['writes']}; "
           f"by verb: {json.dumps(metrics['by_verb'], sort_keys=True)}")
