@@ -126,8 +126,11 @@ def run(module):
     results = []
     for obj in objects:
         path = apply_path(obj, params["field_manager"], params["force_conflicts"])
+        # The object itself, not its JSON text: every client generation serialises a dict for an
+        # apply-patch+yaml body (JSON is YAML), while kubernetes 33 (the base image's) would
+        # serialise a string once more, into a JSON string ("apply patch must be an object").
         try:
-            applied = request(client, "PATCH", path, body=json.dumps(obj), content_type=APPLY_CONTENT_TYPE,
+            applied = request(client, "PATCH", path, body=obj, content_type=APPLY_CONTENT_TYPE,
                               timeout=params["request_timeout"])
         except RequestError as exc:
             body = exc.body.decode("utf-8", "replace") if isinstance(exc.body, bytes) else exc.body
