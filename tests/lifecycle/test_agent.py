@@ -139,7 +139,8 @@ def test_busy_process_and_gpu_make_it_active_and_only_changes_are_reported(tmp_p
         assert len(api[1]) == 3
         (tmp_path / "gpu-util").write_text("5\n87\n")
         wait(lambda: len(api[1]) >= 4, what="active (GPU)")
-        assert states(api[1])[3] == {"state": "active", "since": states(api[1])[3]["since"], "reasons": ["gpu"]}
+        assert states(api[1])[3] == {"state": "active", "since": states(api[1])[3]["since"], "reasons": ["gpu"],
+                                     "started": states(api[1])[0]["started"]}
         (tmp_path / "gpu-util").write_text("0\n0\n")
         wait(lambda: len(api[1]) >= 5, what="idle (GPU)")
         # State changes only: every report differs from the one before.
@@ -148,6 +149,24 @@ def test_busy_process_and_gpu_make_it_active_and_only_changes_are_reported(tmp_p
     finally:
         worker.kill()
         stop(proc)
+
+
+def test_a_restarted_agent_changes_the_record_at_once(tmp_path, api):
+    """The report at start is how the operator learns that a replica restarted (the ConfigMap is
+    the DevServer's dependent; pod status changes reconcile nothing): a second start in the same
+    second, in the same state, still writes a different value."""
+    env = agent_env(tmp_path, api)
+    values = []
+    for attempt in (1, 2):
+        proc = start_agent(env)
+        try:
+            wait(lambda: len(api[1]) >= attempt, what="the report at start %d" % attempt)
+        finally:
+            stop(proc)
+        values.append(api[1][attempt - 1]["body"]["data"]["dev-0"])
+    first, second = (json.loads(v) for v in values)
+    assert first["state"] == second["state"] == "idle"
+    assert values[0] != values[1] and first["started"] != second["started"]
 
 
 def test_once_prints_the_measurement(tmp_path, api):
