@@ -155,15 +155,22 @@ def test_a_restarted_agent_changes_the_record_at_once(tmp_path, api):
     """The report at start is how the operator learns that a replica restarted (the ConfigMap is
     the DevServer's dependent; pod status changes reconcile nothing): a second start in the same
     second, in the same state, still writes a different value."""
-    env = agent_env(tmp_path, api)
+    # The agent's scope: one sleeping process (on this shared machine every other process of
+    # the user is out of scope), so both starts measure the same state.
+    quiet = subprocess.Popen(["sleep", "600"])
+    env = agent_env(tmp_path, api, TORCHDEV_AGENT_SCOPE_PIDS=str(quiet.pid))
     values = []
-    for attempt in (1, 2):
-        proc = start_agent(env)
-        try:
-            wait(lambda: len(api[1]) >= attempt, what="the report at start %d" % attempt)
-        finally:
-            stop(proc)
-        values.append(api[1][attempt - 1]["body"]["data"]["dev-0"])
+    try:
+        for attempt in (1, 2):
+            proc = start_agent(env)
+            try:
+                wait(lambda: len(api[1]) >= attempt, what="the report at start %d" % attempt)
+            finally:
+                stop(proc)
+            values.append(api[1][attempt - 1]["body"]["data"]["dev-0"])
+    finally:
+        quiet.kill()
+        quiet.wait()
     first, second = (json.loads(v) for v in values)
     assert first["state"] == second["state"] == "idle"
     assert values[0] != values[1] and first["started"] != second["started"]
