@@ -159,7 +159,6 @@ def test_a_restarted_agent_changes_the_record_at_once(tmp_path, api):
     # the user is out of scope), so both starts measure the same state.
     quiet = subprocess.Popen(["sleep", "600"])
     env = agent_env(tmp_path, api, TORCHDEV_AGENT_SCOPE_PIDS=str(quiet.pid))
-    values = []
     try:
         for attempt in (1, 2):
             proc = start_agent(env)
@@ -167,13 +166,12 @@ def test_a_restarted_agent_changes_the_record_at_once(tmp_path, api):
                 wait(lambda: len(api[1]) >= attempt, what="the report at start %d" % attempt)
             finally:
                 stop(proc)
-            values.append(api[1][attempt - 1]["body"]["data"]["dev-0"])
     finally:
         quiet.kill()
         quiet.wait()
-    first, second = (json.loads(v) for v in values)
+    first, second = states(api[1][:2])
     assert first["state"] == second["state"] == "idle"
-    assert values[0] != values[1] and first["started"] != second["started"]
+    assert api[1][0]["body"] != api[1][1]["body"] and first["started"] != second["started"]
 
 
 def test_once_prints_the_measurement(tmp_path, api):
