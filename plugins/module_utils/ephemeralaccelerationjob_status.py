@@ -141,7 +141,7 @@ def decide(eaj, pod=None, claim=None, runner=None, now=None, watch_period=10):
     if out["phase"] not in EAJ_FINAL_PHASES:
         _observe_run(out, spec, name, uid, live, now, float(watch_period))
     if out["phase"] in EAJ_FINAL_PHASES:
-        _clean_up(out, spec, name, uid, live, now)
+        _clean_up(out, spec, name, uid, live, now, recorded=st.get("phase") in EAJ_FINAL_PHASES)
     out["artifacts"] = _artifacts(out, name, live, now)
     return out
 
@@ -192,8 +192,14 @@ def _observe_run(out, spec, name, uid, live, now, watch_period):
                requeue=min(2.0, watch_period))
 
 
-def _clean_up(out, spec, name, uid, live, now):
-    """A finished job: delete the pod (and its ConfigMap) and the volume when their TTLs pass."""
+def _clean_up(out, spec, name, uid, live, now, recorded=True):
+    """A finished job: delete the pod (and its ConfigMap) and the volume when their TTLs pass.
+
+    Only once the status records the end (``recorded``: the phase was final when the run
+    began): the run that sees the job finish writes its status first and looks again in a
+    second.  Deleting in that run would lose the finish if its status write failed: the next
+    run, seeing no pod and no recorded end, would start the job again (or call it PodDeleted),
+    and the volume would have gone before the expiry the status finally shows."""
     finished = out["finishedAt"] or now
     out["finishedAt"] = finished
     due = {"pod": _later(finished, spec["ttlSecondsAfterFinished"]),
@@ -206,10 +212,10 @@ def _clean_up(out, spec, name, uid, live, now):
         if obj is None or _meta(obj).get("deletionTimestamp") or _controller_uid(obj) != uid:
             continue  # gone, going, or not the job's (the garbage collector's business)
         left = _left(now, due[key])
-        if left <= 0:
+        if left <= 0 and recorded:
             out["delete"].append(key)
         else:
-            waits.append(left)
+            waits.append(max(left, 1.0))
     out["requeue"] = min(waits) if waits else None
 
 
