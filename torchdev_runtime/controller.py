@@ -102,6 +102,8 @@ class ReconcileRecord:
     causes: list[str] = field(default_factory=list)
     ansible: dict[str, int] = field(default_factory=dict)
     failed_tasks: list[tuple[str, str]] = field(default_factory=list)
+    # What came next: "retry in 0.01s", "deadline in 30s", "resync in 10m", "" (nothing queued)
+    next: str = ""
 
 
 # --- predicates ----------------------------------------------------------------------------
@@ -459,15 +461,18 @@ class Controller:
             with self._stats_lock:
                 self._pending_causes.setdefault(key, set()).add("retry")
             delay = self.queue.add_rate_limited(key)
+            rec.next = f"retry in {format_duration(delay)}"
             log.error("%s %s: reconcile failed: %s; retry in %s (attempt %d)", self.gvk.kind,
                       _keystr(key), err, format_duration(delay), self.queue.num_requeues(key))
         elif res.requeue_after > 0:
             self.queue.forget(key)
-            self._add_after(key, res.requeue_after, "deadline" if res.from_role else "resync")
+            cause = "deadline" if res.from_role else "resync"
+            rec.next = f"{cause} in {format_duration(res.requeue_after)}"
+            self._add_after(key, res.requeue_after, cause)
         elif res.requeue:
             with self._stats_lock:
                 self._pending_causes.setdefault(key, set()).add("retry")
-            self.queue.add_rate_limited(key)
+            rec.next = f"retry in {format_duration(self.queue.add_rate_limited(key))}"
         else:
             self.queue.forget(key)
         self.runtime.notify_activity()

@@ -371,6 +371,11 @@ class Runtime:
         e.g. reconcilePeriod or requeue_after, do not count until they are due)."""
         return self._controller(kind).queue.is_pending((namespace or "", name))
 
+    def requeue_due_in(self, kind: str, namespace: str, name: str) -> float | None:
+        """Seconds until this object's delayed requeue (requeue_after, the period, a retry) is
+        due; None when none is waiting."""
+        return self._controller(kind).queue.due_in((namespace or "", name))
+
     def history(self, kind: str | None = None) -> list[ReconcileRecord]:
         """Finished reconciles, oldest first (the last 1000 per kind)."""
         recs: list[ReconcileRecord] = []

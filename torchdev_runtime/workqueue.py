@@ -169,6 +169,12 @@ class RateLimitingQueue:
         with self._delay_cond:
             return len(self._waiting)
 
+    def due_in(self, item: Hashable) -> float | None:
+        """Seconds until ``item``'s delayed requeue is due, None when none is waiting."""
+        with self._delay_cond:
+            at = self._waiting.get(item)
+        return None if at is None else max(0.0, at - time.monotonic())
+
     def is_idle(self) -> bool:
         with self._cond:
             return not self._queue and not self._processing

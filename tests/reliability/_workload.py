@@ -268,9 +268,10 @@ class Burst:
                 out[str(p)] = why
         return out
 
-    def wait_converged(self, timeout: float) -> float:
+    def wait_converged(self, timeout: float, runtime=None) -> float:
         """Seconds until every object is in its expected state (TimeoutError naming those that
-        are not)."""
+        are not, and with ``runtime``, the operator in this process, its last reconciles of
+        each: what caused them, how they ended and what they queued next)."""
         start = time.monotonic()
         last: dict[str, str] = {}
 
@@ -282,8 +283,25 @@ class Burst:
             self.sim.wait_for(done, timeout, interval=0.5, message="every object converged")
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; not converged: {dict(list(last.items())[:10])} "
-                               f"({len(last)} in all)") from None
+                               f"({len(last)} in all){self._reconciles(runtime, last)}") from None
         return time.monotonic() - start
+
+    def _reconciles(self, runtime, names) -> str:
+        if runtime is None:
+            return ""
+        lines = []
+        for p in self.primaries:
+            if str(p) not in names:
+                continue
+            recs = [r for r in runtime.history(p.kind) if (r.namespace, r.name) == (p.namespace, p.name)]
+            lines.append(f"{p}: {len(recs)} reconciles on record; queued or running now: "
+                         f"{runtime.reconciling(p.kind, p.namespace, p.name)}; requeue due in: "
+                         f"{runtime.requeue_due_in(p.kind, p.namespace, p.name)}")
+            for r in recs[-6:]:
+                lines.append(f"  {time.strftime('%H:%M:%S', time.gmtime(r.started))} causes={r.causes} "
+                             f"ok={r.ok} ran={r.ran} ansible={r.ansible} failed={r.failed_tasks} "
+                             f"error={r.error} next={r.next!r}")
+        return "\n" + "\n".join(lines[:80])
 
     def censuses(self) -> dict[Primary, Counter]:
         return {p: census(self.sim, p, self.uids.get(p)) for p in self.primaries}

@@ -66,7 +66,7 @@ def test_every_kind_converges_under_api_faults(size, figures):
             burst = Burst(sim, "rel", **size)
             started = time.monotonic()
             burst.create()
-            converge_s = burst.wait_converged(3600)
+            converge_s = burst.wait_converged(3600, rt)
             assert compare(burst.censuses(), alive, "what it owns") == []
             assert object_duplicates(sim, burst.namespaces) == []
 
