@@ -648,6 +648,10 @@ class Controller:
                     log.info("%s %s:   [%s] %s%s", self.gvk.kind, kname,
                              ev["event"].replace("runner_on_", ""), ed.get("task"),
                              " (changed)" if changed else "")
+        if run.events_lost:
+            log.error("%s %s: %s: events received: %s\n%s", self.gvk.kind, kname, run.failure_messages[-1],
+                      [((ev.get("event_data") or {}).get("task"), ev.get("event"), ev.get("counter"))
+                       for ev in run.events], run.stdout[-6000:])
         if run.stdout and (self.runtime.debug_logs or (self.runtime.verbose and
                                                       not run.successful)):
             log.info("%s %s: ansible output:\n%s", self.gvk.kind, kname, run.stdout)

@@ -150,6 +150,7 @@ class RunResult:
     requeue_after_error: str | None = None
     stdout: str = ""
     finalizer_run: bool = False
+    events_lost: bool = False  # the stats count a failure whose event was not received
 
     def count(self, key: str) -> int:
         ed = (self.stats_event or {}).get("event_data") or {}
@@ -179,6 +180,34 @@ class RunResult:
     def summary(self) -> str:
         return (f"ok={self.ok} changed={self.changed} failed={self.failures} "
                 f"skipped={self.skipped} ({self.duration:.2f}s)")
+
+
+def unread_events(job_events_dir: str, received: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of a run that its handler never got, from their partial files.
+
+    ansible-runner's display callback writes each event to ``job_events/<uuid>-partial.json``
+    and only its uuid to stdout, between escape sequences; the runner decodes that marker,
+    reads the file, hands the event to the handler and removes the file.  A marker it cannot
+    decode (a large failed result, here under a busy fork server) turns into plain ``verbose``
+    lines and the event is lost, typically a ``runner_on_failed``: the run would look
+    successful and skip the role's requeue_after.  Its partial file is still there."""
+    seen = {ev.get("uuid") for ev in received}
+    out = []
+    try:
+        names = sorted(os.listdir(job_events_dir))
+    except OSError:
+        return out
+    for fname in names:
+        if not fname.endswith("-partial.json"):
+            continue
+        try:
+            with open(os.path.join(job_events_dir, fname), encoding="utf-8") as fh:
+                ev = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(ev, dict) and ev.get("event") and ev.get("uuid") not in seen:
+            out.append(ev)
+    return out
 
 
 def _requeue_after(ev: dict[str, Any]) -> Any:
@@ -338,6 +367,12 @@ class AnsibleRunner:
                 r.config.command = self.playbook_command + r.config.command[1:]
             status, rc = r.run()
             result.status, result.rc = status, rc
+            unread = unread_events(os.path.join(pdd, "artifacts", ident, "job_events"), events)
+            if unread:
+                log.warning("%s/%s: %d event(s) read from their partial files (their stdout markers were "
+                            "not decoded): %s", md.get("namespace"), md.get("name"), len(unread),
+                            [(ev.get("event_data") or {}).get("task") or ev.get("event") for ev in unread])
+                events.extend(unread)
             events.sort(key=lambda e: e.get("counter", 0))
             result.events = events
             self._digest(result, events)
@@ -378,3 +413,13 @@ class AnsibleRunner:
                 result.failure_messages.append(msg)
                 ed = ev.get("event_data") or {}
                 result.failed_tasks.append((ed.get("task") or "?", msg))
+        if result.stats_event is not None and result.failures and not result.failure_messages:
+            # The stats count a failed task (neither ignored nor rescued: those have their own
+            # counts) whose runner_on_failed event never reached the handler.  Go would call the
+            # run a success, and a role whose requeue_after came after the failed task would
+            # never be looked at again; failing the run retries it with backoff instead.
+            result.events_lost = True
+            msg = (f"{result.failures} task(s) failed but no runner_on_failed event was received "
+                   f"({len(events)} events)")
+            result.failure_messages.append(msg)
+            result.failed_tasks.append(("?", msg))

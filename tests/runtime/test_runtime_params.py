@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -115,6 +116,14 @@ DIGEST = [
     ("rescued failure still counts (as in Go)",
      [_ev("runner_on_failed", task="x", res={"msg": "boom"}),
       _ev("playbook_on_stats", ok={"localhost": 1}, rescued={"localhost": 1})], ["boom"], None),
+    # the stats count a failure whose event never arrived: a failed run (retried), not a
+    # success that would skip the role's requeue_after (found by the fault soak, issue 17)
+    ("a failure counted by the stats without its event",
+     [_ev("runner_on_ok", task="a"), _ev("playbook_on_stats", ok={"localhost": 1}, failures={"localhost": 1})],
+     ["1 task(s) failed but no runner_on_failed event was received (2 events)"], None),
+    ("an ignored failure is counted apart, not as lost",
+     [_ev("runner_on_failed", task="x", ignore_errors=True, res={"msg": "m"}),
+      _ev("playbook_on_stats", ok={"localhost": 1}, ignored={"localhost": 1})], [], None),
     ("requeue_after stops the digest",
      [_ev("runner_on_ok", task_action="operator_sdk.util.requeue_after",
           res={"period": "30s"}), _ev("runner_on_failed", res={"msg": "later"}), STATS],
@@ -194,3 +203,21 @@ def test_mark_error():
     c = conds(s)
     assert c["Failure"]["message"] == "Unable to run reconciliation"
     assert c["Running"]["status"] == "False"
+
+
+def test_unread_events_come_from_the_partial_files_left_behind(tmp_path):
+    """An event whose stdout marker ansible-runner could not decode never reached the handler,
+    but its partial file stayed (the runner removes the file of each event it hands over)."""
+    from torchdev_runtime.runner import unread_events
+
+    lost = {"event": "runner_on_failed", "uuid": "u-2", "counter": 7, "event_data": {"task": "Write the status"}}
+    (tmp_path / "u-2-partial.json").write_text(json.dumps(lost))
+    received = {"event": "runner_on_ok", "uuid": "u-1", "counter": 6, "event_data": {}}
+    (tmp_path / "u-1-partial.json").write_text(json.dumps(received))  # handed over, file still there
+    (tmp_path / "u-3-partial.json.tmp").write_text("{")  # being written: not an event file
+    (tmp_path / "u-4-partial.json").write_text("{not json")
+    assert unread_events(str(tmp_path), [received]) == [lost]
+    assert unread_events(str(tmp_path / "missing"), []) == []
+    r = RunResult(ident="1")
+    AnsibleRunner._digest(r, [received, lost, _ev("playbook_on_stats", failures={"localhost": 1})])
+    assert r.failed_tasks == [("Write the status", "unknown playbook failure")]
