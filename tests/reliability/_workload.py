@@ -17,6 +17,7 @@ and keep after its deletion exactly what its twin kept.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -285,6 +286,29 @@ class Burst:
             raise TimeoutError(f"{exc}; not converged: {dict(list(last.items())[:10])} "
                                f"({len(last)} in all){self._reconciles(runtime, last)}") from None
         return time.monotonic() - start
+
+    def explain(self, runtime, bad: list[str]) -> str:
+        """For the objects named in ``bad`` (compare's lines): the operator's last reconciles of
+        each, the object as it was when its DELETE was served, and what kubesim deleted in its
+        namespace that carries its label."""
+        names = {line.split(":", 1)[0] for line in bad}
+        lines = [self._reconciles(runtime, names)]
+        deletes = self.sim.deletion_requests()
+        for p in self.primaries:
+            if str(p) not in names:
+                continue
+            at_delete = [r for r in deletes if r["resource"] == p.resource and r["namespace"] == p.namespace
+                         and r["name"] == p.name]
+            if at_delete:
+                obj = at_delete[-1]["object"]
+                lines.append(f"{p} at its DELETE: finalizers={obj['metadata'].get('finalizers')} "
+                             f"status={json.dumps(obj.get('status'), sort_keys=True)[:1500]}")
+            label = {DEVSERVERS: f"{GROUP}/devserver"}.get(p.resource)
+            for r in deletes:
+                labels = (r["object"].get("metadata") or {}).get("labels") or {}
+                if label and r["namespace"] == p.namespace and labels.get(label) == p.name:
+                    lines.append(f"  deleted: {r['resource']} {r['name']} by {r.get('requested_by')}")
+        return "\n".join(lines)
 
     def _reconciles(self, runtime, names) -> str:
         if runtime is None:

@@ -67,14 +67,16 @@ def test_every_kind_converges_under_api_faults(size, figures):
             started = time.monotonic()
             burst.create()
             converge_s = burst.wait_converged(3600, rt)
-            assert compare(burst.censuses(), alive, "what it owns") == []
+            owns = compare(burst.censuses(), alive, "what it owns")
+            assert owns == [], "\n".join(owns) + "\n" + burst.explain(rt, owns)
             assert object_duplicates(sim, burst.namespaces) == []
 
             deleting = time.monotonic()
             burst.delete()
             delete_s = burst.wait_gone(1800)
             wait_settled(sim, burst.namespaces, 600)
-            assert compare(burst.censuses(), kept, "what its deletion left") == []
+            left = compare(burst.censuses(), kept, "what its deletion left")
+            assert left == [], "\n".join(left) + "\n" + burst.explain(rt, left)
             injected = sim.faults.injected()
             metrics = sim.metrics()
             sim.faults.clear()
