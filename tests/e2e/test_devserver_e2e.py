@@ -210,8 +210,8 @@ def test_flavor_made_invalid_under_a_running_server_keeps_it_running(sim, kube, 
 
 
 def test_flavor_deleted_under_a_running_server_keeps_it_running(sim, kube, runtime, ns):
-    """The flavor of a running server is deleted: at its next reconcile (the watch's
-    reconcilePeriod; a deleted flavor nudges no DevServer, so the test queues it) the server
+    """The flavor of a running server is deleted: at its next reconcile (a deleted flavor
+    nudges no DevServer and there is no reconcile period, so the test queues it) the server
     keeps running, Degraded FlavorNotFound naming spec.flavor."""
     flavor, _, running = _running_on_a_flavor_of_its_own(sim, kube, ns, "orphan")
 

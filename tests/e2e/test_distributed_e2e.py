@@ -117,8 +117,9 @@ def test_failing_replica_is_degraded_then_recovers(sim, kube, runtime, ddp):
         waiting = p.status.container_statuses[0].state.waiting
         return waiting is not None and waiting.reason == "CrashLoopBackOff"
     sim.wait_for(crashing, 30, interval=0.1, message="the replica to crash-loop")
-    # A pod's status is not a dependent event of the DevServer: the next reconcile (the
-    # resync period, or here a nudge) notices it.
+    # A pod's status is not a dependent event of the DevServer and there is no reconcile
+    # period: in a cluster the replica's lifecycle agent reports its restart to the
+    # <name>-activity ConfigMap (a dependent); kubesim runs no agent, so the test nudges.
     runtime.enqueue("DevServer", ns, NAME)
     obj = wait_degraded(sim, kube, ns, NAME, "PodFailed")
     message = condition(obj, "Degraded")["message"]
