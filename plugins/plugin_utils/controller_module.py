@@ -23,6 +23,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible_collections.torchdev.operator.plugins.plugin_utils.preload import jinja_plugins
 
@@ -50,11 +51,27 @@ class ControllerModule(object):
 
     def exit_json(self, **result):
         result.setdefault("changed", False)
-        raise _Exit(result)
+        raise _Exit(json_result(result))
 
     def fail_json(self, msg, **result):
         result.update(failed=True, msg=msg)
-        raise _Exit(result)
+        raise _Exit(json_result(result))
+
+
+def json_result(value):
+    """``value`` as a module's JSON answer would carry it: text for bytes (a failed request's
+    body), lists for tuples and sets, text for any other object.  A result the stdout callback
+    cannot serialize loses the task's event (ansible-runner's callback writes nothing for it):
+    a failed task would look like no task at all."""
+    if isinstance(value, bytes):
+        return to_text(value, errors="replace")
+    if isinstance(value, dict):
+        return dict((to_text(k) if isinstance(k, bytes) else k, json_result(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_result(v) for v in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    return to_text(value)
 
 
 def run_in_controller(name, argument_spec, run, args, check_mode=False):

@@ -92,6 +92,9 @@ def test_controller_module_validates_like_ansible_module(args, params, error):
     (lambda module: module.exit_json(changed=True), {"changed": True}),
     (lambda module: module.fail_json(msg="no", status=404), {"failed": True, "msg": "no", "status": 404}),
     (lambda module: 1 / 0, {"failed": True, "msg": "m: division by zero"}),
+    (lambda module: module.fail_json(msg="no", body=b'{"code":500}', reason=("a", b"b"), at={1, 2}),
+     {"failed": True, "msg": "no", "body": '{"code":500}', "reason": ["a", "b"], "at": [1, 2]}),
+    (lambda module: module.exit_json(text=b"\xff"), {"changed": False, "text": "\ufffd"}),
 ])
 def test_run_in_controller_returns_what_the_module_would_print(run, result):
     got = controller.run_in_controller("m", {}, run, {})
@@ -161,8 +164,15 @@ def test_action_plugins_give_the_module_results(kubesim, tmp_path):
         {"name": "Apply nothing", "torchdev.operator.k8s_apply": {"field_manager": "t", "definition": []}},
         {"name": "Bad object", "torchdev.operator.k8s_apply": {"field_manager": "t", "definition": [{"kind": "X"}]},
          "ignore_errors": True},
+        # a failed request's answer (bytes from the client) in the result: a callback serializes
+        # it as JSON, as a module process would have (a result it cannot serialize loses the
+        # task's event: the fault soak's lost requeues, issue 17)
+        {"name": "Failed read", "torchdev.operator.k8s_observe": {"namespace": "default", "queries": {
+            "x": {"api_version": "v1", "plural": "nosuchthings", "label_selector": "a"}}}, "ignore_errors": True},
     ])
-    checked, applied, one, observed, status, again, nothing, bad = results
+    checked, applied, one, observed, status, again, nothing, bad, failed_read = results
+    assert failed_read["failed"] and "404" in failed_read["msg"] and isinstance(failed_read["body"], str)
+    json.dumps(failed_read)
     assert checked["changed"] and checked["result"]["results"][0]["result"] == cms[0]
     assert [r["result"]["metadata"]["name"] for r in applied["result"]["results"]] == ["a", "b"]
     assert one["result"]["metadata"]["managedFields"][0]["manager"] == "t"
