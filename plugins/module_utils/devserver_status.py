@@ -290,6 +290,13 @@ def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previou
     periods = []
     if deadline:
         periods.append(int(str(deadline).rstrip("s")))
+    reservation = status.get("reservation") or {}
+    if status.get("phase") == "Running" and (not reservation.get("startedAt") or reservation.get("endedAt")):
+        # Running without a reservation under way: the replicas became ready between the run's
+        # look at the StatefulSet (the lifecycle's input: not running yet) and its apply (whose
+        # answer the phase comes from).  The next run finds them ready and starts the
+        # reservation; nothing else would bring one.
+        periods.append(minimum)
     if status.get("phase") in ("Pending", "Provisioning", "Queued"):
         since = None
         before = {c.get("type"): c for c in (previous or {}).get("conditions") or []}

@@ -108,7 +108,13 @@ def test_start_time_is_kept_while_running():
     (_queued_with_eta("2026-01-01T05:00:00Z"), "2026-01-01T05:00:40Z", "10s"),   # a quarter of the time since
     (_queued_with_eta("2026-01-01T00:00:00Z"), "2026-01-01T05:00:00Z", "60s"),   # capped
     ({"phase": "Provisioning"}, "2026-01-01T00:00:00Z", "2s"),                         # no condition yet
-    (_progressing_since("2026-01-01T00:00:00Z", "Running"), "2026-01-01T00:00:01Z", ""),
+    (dict(_progressing_since("2026-01-01T00:00:00Z", "Running"), reservation={"startedAt": "2026-01-01T00:00:00Z"}),
+     "2026-01-01T00:00:01Z", ""),
+    # Running without a reservation under way: the replicas became ready during the run (the
+    # lifecycle saw them starting, the apply's answer ready); the next run starts it
+    (_progressing_since("2026-01-01T00:00:00Z", "Running"), "2026-01-01T00:00:01Z", "2s"),
+    (dict(_progressing_since("2026-01-01T00:00:00Z", "Running"),
+          reservation={"startedAt": "2026-01-01T00:00:00Z", "endedAt": "2026-01-01T00:00:00Z"}), "2026-01-01T00:00:01Z", "2s"),
     ({"phase": "Suspended"}, None, ""),
     ({}, None, ""),
 ])
