@@ -11,7 +11,9 @@ import pytest
 from _cluster import kube, ns, runtime, sim  # noqa: F401 (fixtures)
 from _e2e_helpers import GROUP, VERSION, devserver
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# The fixture waits up to 600 s for 50 servers (on a loaded 2-core machine they took over the
+# default 300 s test timeout, which then cut the wait short)
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SERVERS = 50
 REST = 30.0  # seconds sitting still
