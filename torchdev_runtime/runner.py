@@ -188,9 +188,10 @@ def unread_events(job_events_dir: str, received: list[dict[str, Any]]) -> list[d
     ansible-runner's display callback writes each event to ``job_events/<uuid>-partial.json``
     and only its uuid to stdout, between escape sequences; the runner decodes that marker,
     reads the file, hands the event to the handler and removes the file.  A marker it cannot
-    decode (a large failed result, here under a busy fork server) turns into plain ``verbose``
-    lines and the event is lost, typically a ``runner_on_failed``: the run would look
-    successful and skip the role's requeue_after.  Its partial file is still there."""
+    decode turns into plain ``verbose`` lines and the event never reaches the handler; its
+    partial file is still there.  (A defence: the lost events the fault soak found were results
+    the callback could not serialize, which leave no file at all; those were fixed at their
+    source, controller_module.json_result, and _digest's stats check catches any other.)"""
     seen = {ev.get("uuid") for ev in received}
     out = []
     try:
