@@ -220,8 +220,9 @@ def test_keepalive(keepalive, deadline):
 
 
 @pytest.mark.parametrize("status, deadline, previous, expected", [
-    ({"phase": "Running"}, "", None, ""),
-    ({"phase": "Running"}, "120s", None, "120s"),
+    ({"phase": "Running", "reservation": {"startedAt": "2026-11-24T09:00:00Z"}}, "", None, ""),
+    ({"phase": "Running", "reservation": {"startedAt": "2026-11-24T09:00:00Z"}}, "120s", None, "120s"),
+    ({"phase": "Running"}, "120s", None, "2s"),  # no reservation under way yet: the next run starts it
     ({"phase": "Provisioning", "conditions": [{"type": "Progressing", "status": "True"}]}, "120s",
      {"conditions": [{"type": "Progressing", "status": "True", "lastTransitionTime": "2026-11-24T09:50:00Z"}]}, "60s"),
     ({"phase": "Provisioning", "conditions": [{"type": "Progressing", "status": "True"}]}, "1s", None, "1s"),
