@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from _data_safety import _last
 from _e2e_helpers import GROUP, KEY, VERSION
 
 API = f"{GROUP}/{VERSION}"
@@ -297,10 +298,9 @@ class Burst:
         for p in self.primaries:
             if str(p) not in names:
                 continue
-            at_delete = [r for r in deletes if r["resource"] == p.resource and r["namespace"] == p.namespace
-                         and r["name"] == p.name]
+            at_delete = _last(deletes, p.resource, p.namespace, p.name)
             if at_delete:
-                obj = at_delete[-1]["object"]
+                obj = at_delete["object"]
                 lines.append(f"{p} at its DELETE: finalizers={obj['metadata'].get('finalizers')} "
                              f"status={json.dumps(obj.get('status'), sort_keys=True)[:1500]}")
             label = {DEVSERVERS: f"{GROUP}/devserver"}.get(p.resource)
