@@ -86,7 +86,8 @@ class KubeSimServer:
         self.deletions = deletions or DeletionLog()
         # bearer tokens accepted; None: no authentication (every request is admin)
         self.tokens: set[str] | None = set(tokens) if tokens is not None else None
-        self._watch_tasks: set[asyncio.Task] = set()
+        # each open watch's task and request (close_watches cuts their connections)
+        self._watch_tasks: dict[asyncio.Task, web.Request] = {}
         self.openapi = OpenAPIV3(api.registry, api.crd)
         # the files of the simulated volumes, for pods/exec (podexec.py)
         self.volumes = VolumeStore(api)
@@ -584,7 +585,7 @@ class KubeSimServer:
 
         task = asyncio.current_task()
         if task:
-            self._watch_tasks.add(task)
+            self._watch_tasks[task] = request
         try:
             for et, obj in initial:
                 await resp.write(encode(et, obj))
@@ -611,7 +612,7 @@ class KubeSimServer:
         finally:
             self.api.stop_watch(watcher)
             if task:
-                self._watch_tasks.discard(task)
+                self._watch_tasks.pop(task, None)
         try:
             await resp.write_eof()
         except (ConnectionResetError, RuntimeError):
@@ -626,6 +627,10 @@ class KubeSimServer:
         return n
 
     async def close_watches(self) -> None:
+        """Cut every open watch's connection, as a crashing API server does: the client
+        sees a broken stream, never a clean end (which would read as a timeout)."""
+        for task, request in list(self._watch_tasks.items()):
+            if request.transport is not None:
+                request.transport.abort()
+            task.cancel()
         self.api.store.close_watchers()
-        for t in list(self._watch_tasks):
-            t.cancel()

@@ -371,10 +371,14 @@ def test_http_restart_keeps_the_store(fresh, fresh_v1):
     ns = make_namespace(fresh, "restart")
     rv = v1.create_namespaced_config_map(ns, cm("a")).metadata.resource_version
     w = Background(v1.list_namespaced_config_map, ns, resource_version=rv, timeout_seconds=30)
+    rv = v1.create_namespaced_config_map(ns, cm("a2")).metadata.resource_version
+    assert w.until("a2")[-1][:2] == ("ADDED", "a2")  # the watch is open
     url = fresh.url
     fresh.stop_http()
-    with pytest.raises(Exception):  # the stream is cut: the client sees a broken connection
+    # the stream is cut: the client sees a broken connection, not a clean end (a timeout)
+    with pytest.raises(Exception) as e:
         w.next(timeout=10)
+    assert not isinstance(e.value, queue.Empty)
     with pytest.raises(Exception) as e:
         v1.list_namespaced_config_map(ns)
     assert not isinstance(e.value, client.ApiException)  # refused: no server
@@ -382,7 +386,8 @@ def test_http_restart_keeps_the_store(fresh, fresh_v1):
     fresh.call(fresh.api.create, "configmaps", cm("b"), ns)
     fresh.start_http()
     assert fresh.url == url
-    assert sorted(i.metadata.name for i in v1.list_namespaced_config_map(ns).items) == ["a", "b"]
+    assert sorted(i.metadata.name for i in v1.list_namespaced_config_map(ns).items) == [
+        "a", "a2", "b"]
     got = events(watch.Watch().stream(v1.list_namespaced_config_map, ns, resource_version=rv,
                                       timeout_seconds=2), 1)
     assert got[0][:2] == ("ADDED", "b")
