@@ -287,7 +287,9 @@ def test_killed_workers_resume_and_match_an_uninterrupted_run(tmp_path, stores):
         _kill(procs)  # SIGKILL, wherever they are (possibly mid-save)
     assert not (out / "final.pt").exists()
     killed_at = store.complete()
-    assert killed_at and killed_at[-1] < EPOCHS and len(killed_at) <= 2  # rotation: retention 2
+    # rotation keeps 2 (retention); it runs after each save, so a kill between a save and its
+    # rotation leaves one more, which the next save's rotation removes (checked at the end)
+    assert killed_at and killed_at[-1] < EPOCHS and len(killed_at) <= 3, killed_at
     # what a kill during a save leaves behind is never taken for the newest checkpoint (planted
     # one epoch past the newest complete one, wherever the kill came)
     store.plant_half_written(killed_at[-1] + 1)

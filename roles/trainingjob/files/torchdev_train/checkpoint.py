@@ -8,6 +8,8 @@ Layout under the store's root (``TORCHDEV_CHECKPOINT_URI``: a directory or ``s3:
 Directory: written to ``.epoch-00012.tmp-<pid>/`` and renamed into place (``os.replace`` of a
 directory is atomic on POSIX), after fsync.  S3: ``state.pt`` is uploaded first, ``COMPLETE``
 after it; objects without a ``COMPLETE`` beside them are ignored and removed by rotation.
+Rotation runs after each save (never fewer than ``retention`` complete checkpoints): a worker
+killed between the two leaves ``retention + 1`` until the next save rotates.
 """
 from __future__ import annotations
 
