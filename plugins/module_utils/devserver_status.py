@@ -13,7 +13,8 @@ import math
 from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition, problem_status
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import POD_INDEX_LABEL
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver import spec_warnings
-from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import lifecycle_status, reservation_problem, stopped_phase
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
+    lifecycle_status, reservation_active, reservation_problem, stopped_phase)
 from ansible_collections.torchdev.operator.plugins.module_utils.startup import startup
 
 def _sts_counts(sts):
@@ -290,8 +291,7 @@ def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previou
     periods = []
     if deadline:
         periods.append(int(str(deadline).rstrip("s")))
-    reservation = status.get("reservation") or {}
-    if status.get("phase") == "Running" and (not reservation.get("startedAt") or reservation.get("endedAt")):
+    if status.get("phase") == "Running" and not reservation_active(status.get("reservation")):
         # Running without a reservation under way: the replicas became ready between the run's
         # look at the StatefulSet (the lifecycle's input: not running yet) and its apply (whose
         # answer the phase comes from).  The next run finds them ready and starts the

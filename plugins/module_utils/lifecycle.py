@@ -148,6 +148,12 @@ def _warnings_due(deadline, offsets, sent, now):
     return due, upcoming
 
 
+def reservation_active(reservation):
+    """A reservation is under way: started and not ended (status.reservation, or None)."""
+    reservation = reservation or {}
+    return bool(reservation.get("startedAt")) and not reservation.get("endedAt")
+
+
 def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
     """What the lifecycle means for this reconcile of a DevServer.
 
@@ -176,7 +182,7 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
     offsets = settings["warnings"]
     result = {"reservation": old or None, "idle": None, "stop": None, "events": [], "requeue": "",
               "condition": condition("Expiring", "False", "NoDeadline", "no expiry or idle shutdown is due", generation)}
-    active = bool(old.get("startedAt")) and not old.get("endedAt")
+    active = reservation_active(old)
     idle_timeout = int(lifecycle.get("idleTimeout") or 0)
     auto = bool(lifecycle.get("autoShutdown", False))
     config = {"expiresAt": None, "idleDeadline": None, "idleTimeoutSeconds": idle_timeout,
