@@ -133,13 +133,13 @@ class DataSafety:
         return "nobody asked for it"
 
     def _namespace_consent(self, namespace: str, requests: list[dict]) -> str:
-        ns = _last(requests, "namespaces", "", namespace)
+        ns = last_request(requests, "namespaces", "", namespace)
         if ns is None:
             return "its namespace went, but no deletion of the namespace was asked for"
         if by_user(ns["requested_by"], self.agents):
             return "ok: its namespace was deleted by the user"
         user = ((ns["object"].get("metadata") or {}).get("labels") or {}).get(USER_LABEL)
-        devuser = _last(requests, "devusers.torchdev.io", "", user or "")
+        devuser = last_request(requests, "devusers.torchdev.io", "", user or "")
         if devuser is not None and (devuser["object"].get("spec") or {}).get("deletionPolicy") == "Delete":
             return f"ok: DevUser {user} was deleted with deletionPolicy Delete"
         return (f"its namespace was deleted by {_describe(ns['requested_by'])}, "
@@ -149,8 +149,8 @@ class DataSafety:
         owners = {r.get("uid") for r in rec["ownerReferences"]}
         labels = rec["labels"]
         if cls == "home":
-            server = _last(requests, "devservers.torchdev.io", rec["namespace"],
-                           labels.get(DEVSERVER_LABEL, ""))
+            server = last_request(requests, "devservers.torchdev.io", rec["namespace"],
+                                  labels.get(DEVSERVER_LABEL, ""))
             if server is None:
                 return "garbage-collected while its DevServer was not being deleted"
             policy = (server["object"].get("spec") or {}).get("homeRetentionPolicy", "Retain")
@@ -180,11 +180,12 @@ class DataSafety:
             return self.sim.call(self.sim.api.get, "ephemeralaccelerationjobs.torchdev.io",
                                  namespace, name)
         except Exception:  # noqa: BLE001 - gone: its final state is in the log
-            gone = _last(requests, "ephemeralaccelerationjobs.torchdev.io", namespace, name)
+            gone = last_request(requests, "ephemeralaccelerationjobs.torchdev.io", namespace, name)
             return gone["object"] if gone else None
 
 
-def _last(requests: list[dict], resource: str, namespace: str, name: str) -> dict | None:
+def last_request(requests: list[dict], resource: str, namespace: str, name: str) -> dict | None:
+    """The last of `requests` (deletion log entries) about this object, or None."""
     found = [r for r in requests
              if r["resource"] == resource and r["namespace"] == namespace and r["name"] == name]
     return found[-1] if found else None

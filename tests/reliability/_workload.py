@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from _data_safety import _last
+from _data_safety import last_request
 from _e2e_helpers import GROUP, KEY, VERSION
 
 API = f"{GROUP}/{VERSION}"
@@ -298,7 +298,7 @@ class Burst:
         for p in self.primaries:
             if str(p) not in names:
                 continue
-            at_delete = _last(deletes, p.resource, p.namespace, p.name)
+            at_delete = last_request(deletes, p.resource, p.namespace, p.name)
             if at_delete:
                 obj = at_delete["object"]
                 lines.append(f"{p} at its DELETE: finalizers={obj['metadata'].get('finalizers')} "
