@@ -3,7 +3,8 @@
     torchdev-exporter [--kubeconfig PATH] [--port 8686] [--address 0.0.0.0]
 
 Reads the cluster through watches: DevServers, TrainingJobs and EphemeralAccelerationJobs in
-every namespace and the DevServerFlavors, each listed once, then watched from the list's resourceVersion; a watch
+every namespace, the DevServerFlavors and the DevUsers (whose e-mails are the only values of
+the ``user`` label), each listed once, then watched from the list's resourceVersion; a watch
 that ends (the server's timeout) is resumed from the last resourceVersion it delivered, and
 only 410 Gone or an error relists, replacing what the exporter holds (an object deleted
 while the watch was down disappears).  No polling loop: a scrape computes the series from
@@ -101,6 +102,7 @@ class Exporter:
 
         store = self.store
         for what, replace, apply, delete in (
+                ("devusers", store.replace_devusers, store.apply_devuser, store.delete_devuser),
                 ("devserverflavors", store.replace_flavors, store.apply_flavor, store.delete_flavor),
                 ("devservers", store.replace, store.apply, store.delete),
                 ("trainingjobs", store.replace_trainingjobs, store.apply_trainingjob, store.delete_trainingjob),
@@ -118,7 +120,7 @@ class Exporter:
     def synced(self) -> bool:
         """Whether every kind has been listed once (the counters' baseline is taken)."""
         with self.store.lock:
-            return {"flavors", "devservers", "trainingjobs", "ephemeralaccelerationjobs"} <= self.store.listed
+            return {"devusers", "flavors", "devservers", "trainingjobs", "ephemeralaccelerationjobs"} <= self.store.listed
 
     def close(self) -> None:
         self.stop.set()

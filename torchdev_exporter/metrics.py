@@ -3,8 +3,12 @@
 Pure: ``Store`` holds the DevServers and DevServerFlavors it was given and turns them into
 metric families at scrape time (``collect``); it also counts, from the changes it is shown,
 the reservations started and ended by reason, the seconds of GPU time and the dollars spent,
-and observes the time to Ready.  Labels are bounded sets: user (the owner), namespace,
-flavor, phase, reason; never a pod name or a time.
+and observes the time to Ready.  Labels are bounded sets, never free text a user or a pod
+wrote: ``user`` is the DevServer's owner only when it is a DevUser's e-mail (else
+``unknown``), reasons, phases and states are those of the documented sets (else ``Other``),
+every value is at most LABEL_MAX characters; never a pod name or a time.  What the store
+keeps per object goes with the object (a deletion or a relist), so its size follows the live
+objects, not their history.
 
 The counters count what happened while the exporter watched.  The first list of a kind
 (``replace_*`` on an empty store) is the baseline: a reservation that had started or ended,
@@ -20,6 +24,8 @@ import threading
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
+    EAJ_PHASES, EAJ_REASONS, TRAININGJOB_REASONS, TRAININGJOB_STATES)
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import parse_time
 
@@ -27,6 +33,18 @@ PHASES = ("Pending", "Queued", "Provisioning", "Running", "Suspended", "Stopped"
 END_REASONS = ("Expired", "Cancelled", "Idle", "Stopped", "Deleted")
 STARTUP_PHASES = ("queued", "scheduled", "volumes", "containers", "ready")  # status.startup.phases
 TIME_TO_READY_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
+LABEL_MAX = 253          # a DNS subdomain (flavor, namespace, names); an e-mail is at most 254
+UNKNOWN_USER = "unknown"  # an owner that is no DevUser's e-mail
+OTHER = "Other"           # a reason, phase or state outside the documented set
+
+
+def bounded(value: Any, allowed: Iterable[str] | None = None, other: str = OTHER) -> str:
+    """``value`` as a label value: one of ``allowed`` (when given) else ``other``; at most
+    LABEL_MAX characters.  Never raises."""
+    text = value if isinstance(value, str) else ("" if value is None else str(value))
+    if allowed is not None and text not in allowed:
+        return other
+    return text[:LABEL_MAX]
 
 
 def _key(obj: dict) -> tuple[str, str]:
@@ -70,6 +88,11 @@ def _number(value: Any) -> float | None:
         return None
 
 
+def _email(devuser: dict) -> str:
+    email = ((devuser or {}).get("spec") or {}).get("email")
+    return email if isinstance(email, str) else ""
+
+
 def _percent(value: Any) -> float | None:
     """status.progress ("45%") as 45.0."""
     return _number(str(value).rstrip("%")) if value not in (None, "") else None
@@ -83,6 +106,7 @@ class Store:
         self.lock = threading.Lock()
         self.devservers: dict[tuple[str, str], dict] = {}
         self.flavors: dict[str, dict] = {}
+        self.devusers: dict[str, str] = {}                    # DevUser name -> spec.email
         self.started: dict[tuple[str, str], float] = {}       # (user, flavor) -> reservations started
         self.ended: dict[tuple[str, str, str], float] = {}    # (user, flavor, reason) -> ended
         self.gpu_seconds: dict[tuple[str, str], float] = {}   # (user, flavor) -> GPU-seconds run
@@ -113,6 +137,11 @@ class Store:
         with self.lock:
             self.flavors = {(f.get("metadata") or {}).get("name"): f for f in flavors}
             self.listed.add("flavors")
+
+    def replace_devusers(self, devusers: list[dict]) -> None:
+        with self.lock:
+            self.devusers = {(u.get("metadata") or {}).get("name"): _email(u) for u in devusers}
+            self.listed.add("devusers")
 
     def replace(self, devservers: list[dict]) -> None:
         """The DevServers as listed: the baseline at first, else what changed since is counted."""
@@ -153,6 +182,19 @@ class Store:
     def delete_flavor(self, flavor: dict) -> None:
         with self.lock:
             self.flavors.pop((flavor.get("metadata") or {}).get("name"), None)
+
+    def apply_devuser(self, devuser: dict) -> None:
+        with self.lock:
+            self.devusers[(devuser.get("metadata") or {}).get("name")] = _email(devuser)
+
+    def delete_devuser(self, devuser: dict) -> None:
+        with self.lock:
+            self.devusers.pop((devuser.get("metadata") or {}).get("name"), None)
+
+    def user(self, owner: Any) -> str:
+        """The ``user`` label of an owner: itself when it is a DevUser's e-mail, else UNKNOWN_USER
+        (``spec.owner`` is the user's text: never a label of its own)."""
+        return bounded(owner, set(self.devusers.values()) - {""}, UNKNOWN_USER)
 
     def apply(self, ds: dict) -> None:
         with self.lock:
@@ -201,7 +243,7 @@ class Store:
             return
         self._eaj_final[key] = final
         if final:
-            reason = (_condition(job, phase) or {}).get("reason") or phase
+            reason = bounded((_condition(job, phase) or {}).get("reason") or phase, EAJ_REASONS[phase] + (phase,))
             k = (key[0], phase, reason)
             self.eaj_finished[k] = self.eaj_finished.get(k, 0) + 1
 
@@ -209,7 +251,7 @@ class Store:
         out: dict[str, dict[tuple, float]] = {"jobs": {}, "volumes": {}}
         with self.lock:
             for (ns, _name), job in self.eajs.items():
-                phase = (job.get("status") or {}).get("phase") or "Pending"
+                phase = bounded((job.get("status") or {}).get("phase") or "Pending", EAJ_PHASES)
                 out["jobs"][(ns, phase)] = out["jobs"].get((ns, phase), 0) + 1
                 if ((_condition(job, "ArtifactsAvailable") or {}).get("status")) == "True":
                     out["volumes"][(ns,)] = out["volumes"].get((ns,), 0) + 1
@@ -236,10 +278,12 @@ class Store:
         if state in ("Completed", "Failed") and not seen["final"]:
             seen["final"] = True
             if state == "Completed":
-                reason = (_condition(tj, "Succeeded") or {}).get("reason") or "JobComplete"
+                reason = bounded((_condition(tj, "Succeeded") or {}).get("reason") or "JobComplete",
+                                 TRAININGJOB_REASONS["Succeeded"])
                 self.tj_completed[(ns, reason)] = self.tj_completed.get((ns, reason), 0) + 1
             else:
-                reason = status.get("failureReason") or "Failed"
+                reason = bounded(status.get("failureReason") or "Failed",
+                                 TRAININGJOB_REASONS["Failed"] + ("Failed",))
                 self.tj_failed[(ns, reason)] = self.tj_failed.get((ns, reason), 0) + 1
         elif state not in ("Completed", "Failed"):
             seen["final"] = False  # restarted from a final state (a new attempt is a new run)
@@ -250,7 +294,7 @@ class Store:
         with self.lock:
             for (ns, name), tj in self.trainingjobs.items():
                 status = tj.get("status") or {}
-                state = status.get("state") or "Pending"
+                state = bounded(status.get("state") or "Pending", TRAININGJOB_STATES)
                 out["jobs"][(ns, state)] = out["jobs"].get((ns, state), 0) + 1
                 if state in ("Completed", "Failed"):
                     continue  # per-job series only while a job is live
@@ -271,7 +315,7 @@ class Store:
     # -- counters from changes -----------------------------------------------------------------
     def _labels(self, ds: dict) -> tuple[str, str]:
         spec = ds.get("spec") or {}
-        return spec.get("owner") or "", spec.get("flavor") or ""
+        return self.user(spec.get("owner")), bounded(spec.get("flavor") or "")
 
     def _first(self, key, mark: tuple[str, str], baseline: bool) -> bool:
         """Whether ``mark`` of the server ``key`` is new and to be counted (remembered either way;
@@ -305,7 +349,7 @@ class Store:
             if self._first(key, ("start", res["startedAt"]), baseline):
                 self.started[(user, flavor_name)] = self.started.get((user, flavor_name), 0) + 1
             if res.get("endReason") and self._first(key, ("end", res["startedAt"]), baseline):
-                lk = (user, flavor_name, res["endReason"])
+                lk = (user, flavor_name, bounded(res["endReason"], END_REASONS))
                 self.ended[lk] = self.ended.get(lk, 0) + 1
         if ds is None:  # deleted: a running reservation ends with it
             res = ((previous or {}).get("status") or {}).get("reservation") or {}
@@ -356,8 +400,8 @@ class Store:
         with self.lock:
             for ds in self.devservers.values():
                 spec, status = ds.get("spec") or {}, ds.get("status") or {}
-                user, flavor_name = spec.get("owner") or "", spec.get("flavor") or ""
-                phase = status.get("phase") or "Pending"
+                user, flavor_name = self._labels(ds)
+                phase = bounded(status.get("phase") or "Pending", PHASES)
                 flavor = self.flavors.get(flavor_name)
                 k = (flavor_name, phase)
                 out["servers"][k] = out["servers"].get(k, 0) + 1

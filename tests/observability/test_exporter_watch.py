@@ -111,12 +111,12 @@ def started_exporter(sim, flavor, ns, servers=2, jobs=1):
     return exporter, wait(listed, "the exporter's first lists")
 
 
-def test_a_restarted_exporter_counts_again_only_what_happens_while_it_watches(sim, kube, ns, flavor):
+def test_a_restarted_exporter_counts_again_only_what_happens_while_it_watches(sim, kube, ns, flavor, devuser):
     """Reservations started and ended, starts completed, a TrainingJob created, failed and
     restarted before the exporter lists them are its baseline: counted by nobody.  Today's
     exporter would count every listed server's reservation as started (and ended) again at
     each restart."""
-    owner = f"restart-{ns}@example.com"
+    owner = devuser(f"restart-{ns}@example.com")
     create_server(kube, ns, "running", flavor, owner, running(T0))
     create_server(kube, ns, "stopped", flavor, owner, ended(T0, "Cancelled"))
     create_job(kube, ns, "failed", {"state": "Failed", "failureReason": "BackoffLimitExceeded", "restartCount": 2})
@@ -226,6 +226,8 @@ def test_an_error_relists_and_the_list_replaces_the_store(sim, kube, ns):
         kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", body)
     set_status(kube, ns, "gone", running(T0))
     with Watching(kube, ns, timeout_seconds=1) as w:
+        w.store.apply_devuser({"metadata": {"name": "gone"}, "spec": {"email": owner}})  # a user label
+
         def seen():
             with w.store.lock:
                 return (w.store.devservers.get((ns, "gone")) or {}).get("status")

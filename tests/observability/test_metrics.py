@@ -5,10 +5,19 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from torchdev_exporter.__main__ import Collector
-from torchdev_exporter.metrics import Store
+from torchdev_exporter import metrics
 
 FLAVOR = {"metadata": {"name": "gpu-2"}, "spec": {"pricePerHour": 10.0, "gpu": {"count": 2, "type": "h100"},
                                                   "resources": {"limits": {"nvidia.com/gpu": 2}}}}
+
+
+JANE = {"metadata": {"name": "jane"}, "spec": {"email": "jane@example.com"}}  # the owner's DevUser
+
+
+def Store(clock):  # noqa: N802 - the exporter's Store, with jane's DevUser listed (her e-mail is a user label)
+    store = metrics.Store(clock=clock)
+    store.replace_devusers([JANE])
+    return store
 
 
 def server(name, phase="Running", startup=None, owner="jane@example.com"):

@@ -199,11 +199,11 @@ def set_status(kube, ns, name, status):
     kube["custom"].patch_namespaced_custom_object_status(GROUP, VERSION, ns, "devservers", name, {"status": status})
 
 
-def test_cost_per_user_from_a_real_prometheus_equals_price_times_hours(sim, kube, ns, exporter, prometheus):
+def test_cost_per_user_from_a_real_prometheus_equals_price_times_hours(sim, kube, ns, exporter, prometheus, devuser):
     """No operator here: the test moves the DevServer's status itself (Running for a measured
     time, then Stopped), as the operator would, and Prometheus's recording rule must agree
     with price x hours to the cent."""
-    owner = f"cost-{ns}@example.com"
+    owner = devuser(f"cost-{ns}@example.com")
     body = devserver("metered", flavor="pricey")
     body["spec"]["owner"] = owner
     kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", body)
@@ -242,10 +242,10 @@ def test_every_dashboard_query_is_accepted_by_prometheus(prometheus):
         query(prometheus, expr)  # asserts status success (a PromQL error is a 400 / error status)
 
 
-def test_metric_names_and_labels_are_bounded(kube, ns, exporter):
+def test_metric_names_and_labels_are_bounded(kube, ns, exporter, devuser):
     # A server of its own (the test does not depend on another test's objects): Running, then
     # its series are scraped once the exporter's watch has seen it.
-    owner = f"bounded-{ns}@example.com"
+    owner = devuser(f"bounded-{ns}@example.com")
     body = devserver("bounded", flavor="pricey")
     body["spec"]["owner"] = owner
     kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", body)
