@@ -127,11 +127,13 @@ install: setup ## Install the CRDs into the cluster in $KUBECONFIG
 uninstall: setup ## Remove the CRDs from the cluster in $KUBECONFIG
 	$(KUSTOMIZE) config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
-deploy: setup ## Deploy the operator (CRDs, RBAC, manager) with image $IMG
+deploy: setup ## Deploy the operator (CRDs, RBAC, manager) with image $IMG, and the users' admission policies
 	$(KUSTOMIZE) config/default | sed "s#image: $$($(BIN)/python -m hack.version image)\$$#image: $(IMG)#" | \
 	  $(KUBECTL) apply --server-side -f -
+	$(KUSTOMIZE) config/admission | $(KUBECTL) apply --server-side -f -
 
 undeploy: setup ## Remove the operator deployment (keeps user volumes)
+	$(KUSTOMIZE) config/admission | $(KUBECTL) delete --ignore-not-found -f -
 	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
 
 bench: setup ## Run the benchmarks in bench/ and print their figures

@@ -95,6 +95,7 @@ VALIDATORS: dict[str, Callable[[list], list[str]]] = {
     "scorecard.operatorframework.io": _scorecard,
 }
 KUBERNETES_GROUPS = {"", "apps", "rbac.authorization.k8s.io", "apiextensions.k8s.io", "batch", "networking.k8s.io",
+                     "admissionregistration.k8s.io",
                      "policy", "scheduling.k8s.io", "coordination.k8s.io"}
 
 
