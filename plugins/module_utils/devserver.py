@@ -163,6 +163,29 @@ def placement_problem(spec, claim=None, quotas=None, resources=None, replicas=1,
     return None
 
 
+def owner_problem(spec, devuser=None, namespace=None):
+    """{reason: OwnerMismatch, message} when the namespace belongs to a DevUser (``devuser``: the
+    object read, None when the namespace has none) and spec.owner is not that DevUser's
+    spec.email: the owner becomes the UsageRecords' and the metrics' user, so a server in
+    dev-alice is billed to alice only.  None otherwise (no DevUser, or one without an e-mail:
+    nothing to compare with).  Exact comparison (what the records store).  Never raises."""
+    user_spec = (devuser or {}).get("spec") if isinstance(devuser, dict) else None
+    email = (user_spec or {}).get("email") if isinstance(user_spec, dict) else None
+    if not isinstance(email, str) or not email:
+        return None
+    owner = (spec or {}).get("owner") if isinstance(spec, dict) else None
+    if owner == email:
+        return None
+    meta = devuser.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    owner = owner[:254] if isinstance(owner, str) else "(missing)"
+    where = "namespace %s" % namespace if namespace else "this namespace"
+    return {"reason": "OwnerMismatch",
+            "message": "spec.owner %s is not the owner of %s: it belongs to DevUser %s (spec.email %s), who is "
+                       "billed for every server in it; set spec.owner to %s, or create the server in your own "
+                       "namespace" % (owner, where, name, email, email)}
+
+
 # A claim or a quota created later is no event of the server: how soon to look again (reads only).
 PLACEMENT_RECHECK_SECONDS = 60
 

@@ -76,9 +76,10 @@ def ended_reservation(cr, reservation=None):
     return None
 
 
-def usage_spec(cr, reservation, flavor_spec):
+def usage_spec(cr, reservation, flavor_spec, user=None):
     """The spec of the record of an ended ``reservation`` of the DevServer ``cr`` with the
-    flavor spec ``flavor_spec`` (None: the flavor is gone, no GPUs or price known)."""
+    flavor spec ``flavor_spec`` (None: the flavor is gone, no GPUs or price known), billed to
+    ``user`` (the e-mail of the namespace's DevUser), else to spec.owner."""
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
     flavor_spec = flavor_spec or {}
@@ -99,7 +100,7 @@ def usage_spec(cr, reservation, flavor_spec):
     saved = 0
     if reservation.get("endReason") == "Idle" and reservation.get("expiresAt"):
         saved = _seconds(reservation["expiresAt"]) - ended
-    record = {"user": spec.get("owner") or "", "server": meta.get("name"), "flavor": spec.get("flavor") or ""}
+    record = {"user": user or spec.get("owner") or "", "server": meta.get("name"), "flavor": spec.get("flavor") or ""}
     gpu_type = (flavor_spec.get("gpu") or {}).get("type")
     if gpu_type:
         record["gpuType"] = gpu_type
@@ -112,17 +113,17 @@ def usage_spec(cr, reservation, flavor_spec):
     return record
 
 
-def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEFAULT_RETENTION):
+def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEFAULT_RETENTION, user=None):
     """{name, spec} of the record to write for the DevServer ``cr`` now, or None: nothing has
     ended (see ended_reservation), or it ended longer than ``retention`` ago (its record is
-    pruned, or about to be: it is not written again)."""
+    pruned, or about to be: it is not written again).  ``user``: who is billed (usage_spec)."""
     ended = ended_reservation(cr, reservation)
     if ended is None:
         return None
     if now is not None and _seconds(now) >= _seconds(ended["endedAt"]) + parse_retention(retention):
         return None
     name = record_name(((cr or {}).get("metadata") or {}).get("name"), ended["startedAt"])
-    return {"name": name, "spec": usage_spec(cr, ended, flavor_spec)}
+    return {"name": name, "spec": usage_spec(cr, ended, flavor_spec, user)}
 
 
 def _ended(record):

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import USAGE_FINALIZER
 from ansible_collections.torchdev.operator.plugins.module_utils.usage import decimal
 
-from _e2e_helpers import GROUP, ROOT, VERSION, devserver, get_ds, load, new_namespace, wait_ready
+from _e2e_helpers import (GROUP, ROOT, VERSION, condition, devserver, get_ds, load, new_namespace, wait_degraded, wait_ready,
+                          warning_events)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -264,3 +265,58 @@ def test_a_namespace_being_deleted_takes_its_records_along(sim, kube, runtime):
     finalizers = [r for r in runtime.history("DevServer") if r.namespace == ns and r.finalizer_run]
     assert finalizers and all(r.ok for r in finalizers), finalizers
     assert not [r for r in finalizers if r.failed_tasks], finalizers
+
+
+def onboard(sim, kube, user: str) -> str:
+    """A DevUser <user> (e-mail <user>@example.com) and its namespace dev-<user>, labelled as its."""
+    from hack.render_cases import KEY
+
+    kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devusers", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "metadata": {"name": user},
+        "spec": {"email": f"{user}@example.com", "sshPublicKeys": [KEY]}})
+    ns = "dev-" + user
+
+    def labelled():
+        from kubernetes.client import ApiException
+        try:
+            labels = kube["core"].read_namespace(ns).metadata.labels or {}
+        except ApiException:
+            return False
+        return user in labels.values()
+    sim.wait_for(labelled, 120, interval=0.2, message=f"namespace {ns} of DevUser {user}")
+    return ns
+
+
+def test_an_owner_other_than_the_namespaces_devuser_is_rejected_and_never_billed(sim, kube, runtime):
+    """Issue 25.5: spec.owner becomes the records' (and the metrics') user, so in a DevUser's
+    namespace it must be that DevUser's e-mail: another owner is rejected (OwnerMismatch, one
+    Warning Event, nothing created), and a running server whose owner is changed keeps running
+    with its usage billed to the DevUser."""
+    custom = kube["custom"]
+    ns = onboard(sim, kube, "carol")
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("forged", owner="bob@example.com"))
+    obj = wait_degraded(sim, kube, ns, "forged", "OwnerMismatch", timeout=120)
+    message = condition(obj, "Degraded")["message"]
+    assert "spec.owner bob@example.com" in message and "set spec.owner to carol@example.com" in message, message
+    assert obj["status"]["phase"] == "Failed"
+    sim.wait_for(lambda: len(warning_events(kube, ns, "forged", "OwnerMismatch")) == 1, 60, interval=0.2,
+                 message="one OwnerMismatch Warning Event")
+
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("own", owner="carol@example.com"))
+    wait_ready(sim, kube, ns, "own", timeout=120)
+    # The running server's owner changed to someone else: rejected, it keeps running (nothing re-rendered).
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "own", {"spec": {"owner": "bob@example.com"}})
+    changed = wait_degraded(sim, kube, ns, "own", "OwnerMismatch", timeout=120)
+    assert changed["status"]["phase"] == "Running"
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "own")
+    wait_gone(sim, kube, ns, "own")
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "forged")
+    wait_gone(sim, kube, ns, "forged")
+    assert runtime.wait_idle(180)
+
+    # Nothing was created for the forged server; every record and label names carol only.
+    assert kube["apps"].list_namespaced_stateful_set(ns, label_selector="app.kubernetes.io/instance=forged").items == []
+    found = records(kube, ns)
+    assert [r["spec"]["server"] for r in found] == ["own"], found
+    assert {r["spec"]["user"] for r in found} == {"carol@example.com"}
+    assert len(warning_events(kube, ns, "forged", "OwnerMismatch")) == 1

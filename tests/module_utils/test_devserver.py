@@ -128,3 +128,42 @@ def test_placement_problem(spec, claim, quotas, resources, replicas, reason, fra
 ])
 def test_problem_requeue(problem, deadline, period):
     assert devserver.problem_requeue(problem, deadline) == period
+
+
+ALICE = {"metadata": {"name": "alice"}, "spec": {"email": "alice@example.com"}}
+
+
+@pytest.mark.parametrize("spec,devuser,mismatch", [
+    ({"owner": "alice@example.com"}, ALICE, False),            # the DevUser's own server
+    ({"owner": "bob@example.com"}, ALICE, True),               # billed to someone else: rejected
+    ({"owner": "Alice@example.com"}, ALICE, True),             # exact: the records store the string
+    ({"owner": "alice@example.com "}, ALICE, True),
+    ({}, ALICE, True),                                         # no owner at all (the CRD requires one)
+    ({"owner": None}, ALICE, True),
+    ({"owner": ["alice@example.com"]}, ALICE, True),           # wrong type
+    ({"owner": "bob@example.com"}, None, False),               # a namespace without a DevUser: nothing to compare
+    ({"owner": "bob@example.com"}, {"metadata": {"name": "x"}}, False),     # a DevUser without an e-mail
+    ({"owner": "bob@example.com"}, {"spec": {"email": ""}}, False),
+    ({"owner": "bob@example.com"}, {"spec": {"email": 7}}, False),
+    ({"owner": "bob@example.com"}, {"spec": "junk"}, False),
+    ({"owner": "bob@example.com"}, "junk", False),
+    ({"owner": "bob@example.com"}, {"metadata": "junk", "spec": {"email": "alice@example.com"}}, True),
+    (None, ALICE, True),
+    ("junk", ALICE, True),
+])
+def test_owner_problem(spec, devuser, mismatch):
+    problem = devserver.owner_problem(spec, devuser, "dev-alice")
+    if not mismatch:
+        assert problem is None
+        return
+    assert problem["reason"] == "OwnerMismatch"
+    message = problem["message"]
+    assert message.startswith("spec.owner ") and "namespace dev-alice" in message
+    assert "set spec.owner to alice@example.com" in message   # what to do
+    if isinstance(spec, dict) and isinstance(spec.get("owner"), str):
+        assert spec["owner"] in message
+
+
+def test_owner_problem_bounds_the_message():
+    problem = devserver.owner_problem({"owner": "x" * 10000 + "@e.com"}, ALICE)
+    assert len(problem["message"]) < 600 and "this namespace" in problem["message"]
