@@ -31,6 +31,9 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
     MANAGED_BY, PART_OF, REASON_INVALID_SPEC)
 from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity, parse_quantity
 
+# The inference pod's caches (TORCH_HOME, XDG_CACHE_HOME, HF_HOME): in its /tmp emptyDir, off the volume.
+EAJ_CACHE_DIR = "/tmp/.cache"
+
 SPEC_DEFAULTS = {
     "output": {"path": EAJ_ARTIFACTS_DIR + "/output.json"},
     "resources": {"gpu": 1},
@@ -149,12 +152,16 @@ def runner_args(spec):
 
 
 def env(spec, name, namespace):
-    """The inference container's env: where the runner is, caches on the volume (torchvision's
-    downloaded weights survive for the next run on the same volume)."""
+    """The inference container's env: where the runner is, caches in the pod's /tmp (an
+    emptyDir), never on the volume: the volume holds what the user uploaded, and a planted
+    ``$TORCH_HOME/hub/checkpoints/resnet50-*.pth`` there would be loaded as torchvision's
+    weights (issue 25.4).  torchvision's weights are downloaded again by each run."""
     spec = normalize(spec)
     values = {
         "PYTHONPATH": EAJ_RUNNER_DIR,
-        "TORCH_HOME": EAJ_ARTIFACTS_DIR + "/.cache/torch",
+        "TORCH_HOME": EAJ_CACHE_DIR + "/torch",
+        "XDG_CACHE_HOME": EAJ_CACHE_DIR,
+        "HF_HOME": EAJ_CACHE_DIR + "/huggingface",
         "HOME": "/tmp",
         "PYTHONUNBUFFERED": "1",
         "TORCHDEV_NAME": str(name),

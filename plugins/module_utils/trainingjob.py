@@ -112,15 +112,83 @@ def checkpoint_claim(spec, name):
     return ckpt["storage"].get("claimName") or "%s-checkpoints" % name
 
 
+def _bad_segment(path):
+    """The first ``.``, ``..`` or empty segment of a /-separated path (or a backslash), else None."""
+    for segment in str(path).split("/"):
+        if segment in ("", ".", "..") or "\\" in segment:
+            return segment or "an empty segment (//)"
+    return None
+
+
+def s3_prefix(spec, name, namespace):
+    """The effective key prefix of an s3 job's checkpoints: always inside ``<namespace>/``.
+
+    spec.checkpoint.storage.s3Prefix without its leading and trailing slashes, with
+    ``<namespace>/`` put in front unless it already starts with it (``<namespace>/<name>``
+    when empty, ``<namespace>`` for "/"): one user cannot point a job at (and rotate away) another namespace's
+    checkpoints.  "" when the prefix has a ``.``, ``..`` or empty segment (s3_prefix_problem
+    names it)."""
+    storage = normalize(spec)["checkpoint"]["storage"]
+    namespace = str(namespace)
+    raw = storage.get("s3Prefix")
+    if raw is None or raw == "":
+        return "%s/%s" % (namespace, name)
+    if not isinstance(raw, str):
+        return ""
+    prefix = raw.strip("/")
+    if not prefix:  # "/": the namespace's own prefix
+        return namespace
+    if _bad_segment(prefix):
+        return ""
+    if prefix == namespace or prefix.startswith(namespace + "/"):
+        return prefix
+    return "%s/%s" % (namespace, prefix)
+
+
+def checkpoint_problem(spec, namespace):
+    """The message (naming the field) of a checkpoint location outside the job's namespace or
+    volume, or None: s3Prefix with a ``.``, ``..`` or empty segment; resumeFrom that is an
+    s3:// URL whose key is not under ``<namespace>/``, or a path that is not absolute, has such
+    a segment, or is not inside the checkpoint volume (storage.mountPath)."""
+    ckpt = normalize(spec)["checkpoint"]
+    storage = ckpt.get("storage") or {}
+    namespace = str(namespace)
+    raw = storage.get("s3Prefix")
+    if raw is not None and not isinstance(raw, str):
+        return "spec.checkpoint.storage.s3Prefix: must be a string"
+    if raw and str(raw).strip("/") and _bad_segment(str(raw).strip("/")):
+        return ("spec.checkpoint.storage.s3Prefix: %r has %s: use a plain key prefix (it is put under %s/)"
+                % (raw, _bad_segment(str(raw).strip("/")), namespace))
+    resume = ckpt.get("resumeFrom")
+    if resume is None or resume == "":
+        return None
+    if not isinstance(resume, str):
+        return "spec.checkpoint.resumeFrom: must be a string"
+    if resume.startswith("s3://"):
+        bucket, _, key = resume[5:].partition("/")
+        key = key.rstrip("/")
+        if not bucket or _bad_segment(key) or not key.startswith(namespace + "/"):
+            return ("spec.checkpoint.resumeFrom: %s is outside this namespace's checkpoints: an s3:// URL must be "
+                    "s3://<bucket>/%s/... (without '.', '..' or empty segments)" % (resume, namespace))
+        return None
+    mount = str(storage.get("mountPath") or "/checkpoints").rstrip("/")
+    path = resume.rstrip("/")
+    if storage.get("type") != "pvc" or not path.startswith(mount + "/") or _bad_segment(path[1:]):
+        return ("spec.checkpoint.resumeFrom: %s is outside the checkpoint volume: use a path under its mountPath "
+                "%s/ (pvc storage, without '.', '..' or empty segments) or an s3:// URL" % (resume, mount))
+    return None
+
+
 def checkpoint_uri(spec, name, namespace):
-    """Where the checkpoints of this job go: a directory in the volume or an s3:// prefix; ""."""
+    """Where the checkpoints of this job go: a directory in the volume or an s3:// prefix
+    (under ``<namespace>/``: s3_prefix); ""."""
     ckpt = normalize(spec)["checkpoint"]
     if not ckpt.get("enabled"):
         return ""
     storage = ckpt["storage"]
     if storage.get("type") == "s3":
-        prefix = storage.get("s3Prefix") or "%s/%s" % (namespace, name)
-        return "s3://%s/%s" % (storage["s3Bucket"], prefix.strip("/"))
+        prefix = s3_prefix(spec, name, namespace)
+        return "s3://%s/%s" % (storage["s3Bucket"], prefix) if prefix else ""
     return "%s/%s" % (storage.get("mountPath", "/checkpoints").rstrip("/"), name)
 
 
@@ -158,6 +226,9 @@ def spec_problem(spec, name=None, namespace=None):
                            % storage.get("type")}
     if storage.get("type") == "s3" and not storage.get("s3Bucket"):
         return {"reason": REASON_INVALID_SPEC, "message": "spec.checkpoint.storage.s3Bucket: required for s3 storage"}
+    message = checkpoint_problem(spec, namespace or "")
+    if message:
+        return {"reason": REASON_INVALID_SPEC, "message": message}
     limits = (spec.get("resources") or {}).get("limits") or {}
     if GPU_RESOURCE in limits and str(limits[GPU_RESOURCE]) != str(spec["gpusPerWorker"]):
         return {"reason": REASON_INVALID_SPEC,

@@ -220,3 +220,24 @@ def test_reconcile_of_an_unchanged_running_job_writes_nothing(sim, kube, runtime
     writes = [r for r in sim.requests() if r.get("verb") in WRITE_VERBS and ns in str(r)]
     assert writes == [], writes  # not even a status write
     assert sim.metrics()["by_verb"].get("get", 0) > 0  # it did look
+
+
+def test_checkpoints_stay_in_the_namespace(sim, kube, runtime, ns):
+    """Issue 25.4: a prefix naming another user's checkpoints lands under this namespace (the
+    env the workers get), and a resumeFrom outside it fails the job as InvalidSpec naming the
+    field, before any worker starts."""
+    from kubernetes.client import ApiException
+
+    s3 = {"type": "s3", "s3Bucket": "shared"}
+    create(kube, ns, tj("foreign", checkpoint={"enabled": True, "storage": dict(s3, s3Prefix="dev-bob/victim")}))
+    wait_state(sim, kube, ns, "foreign", "Running")
+    env = {e.name: e.value for e in batch(kube).read_namespaced_job("foreign", ns).spec.template.spec.containers[0].env}
+    assert env["TORCHDEV_CHECKPOINT_URI"] == f"s3://shared/{ns}/dev-bob/victim"
+    create(kube, ns, tj("stolen", checkpoint={"enabled": True, "storage": s3,
+                                              "resumeFrom": "s3://shared/dev-bob/victim/epoch-00003"}))
+    obj = wait_state(sim, kube, ns, "stolen", "Failed")
+    failed = next(c for c in obj["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec" and failed["message"].startswith("spec.checkpoint.resumeFrom: "), failed
+    with pytest.raises(ApiException) as err:
+        batch(kube).read_namespaced_job("stolen", ns)
+    assert err.value.status == 404

@@ -19,7 +19,7 @@ import pytest
 
 import torch
 
-from torchdev_infer.runner import EXIT_CODES, main, run
+from torchdev_infer.runner import EXIT_CODES, InferenceError, main, run
 
 from _infer_models import LABELS, TinyNet, assert_matches, reference, tiny, write_image
 
@@ -132,16 +132,20 @@ def fake_torchvision(nets, categories=None):
     class Weights:
         def __init__(self, name):
             self.name, self.meta = name, {"categories": categories or []}
+            self.url = "https://download.invalid/models/%s-00000000.pth" % name
 
         def __str__(self):
             return "%s_Weights.IMAGENET1K_V1" % self.name
 
+        def get_state_dict(self, *args, **kwargs):  # torchvision/models/_api.py, as it is
+            return torch.hub.load_state_dict_from_url(self.url, *args, **kwargs)
+
     def get_model(name, weights=None, num_classes=1000):
         calls.append((name, str(weights) if weights else None, num_classes))
-        net = nets[name]
-        if weights is None:
-            torch.manual_seed(99)  # a fresh, untrained model: load_state_dict must fill it
-            net = type(net)(num_classes).eval()
+        torch.manual_seed(99)  # a fresh, untrained model: load_state_dict must fill it
+        net = type(nets[name])(num_classes).eval()
+        if weights is not None:  # torchvision's models/resnet.py, as it is
+            net.load_state_dict(weights.get_state_dict(progress=True, check_hash=True))
         return net
 
     models = types.ModuleType("torchvision.models")
@@ -152,16 +156,50 @@ def fake_torchvision(nets, categories=None):
     return tv, models, calls
 
 
-def test_builtin_models_come_from_torchvision_with_their_weights(volume, monkeypatch):
+def test_builtin_models_come_from_torchvision_with_their_weights(volume, monkeypatch, tmp_path):
     root, _ = volume
     net = tiny(3)
     tv, models, calls = fake_torchvision({"mobilenet_v3_small": net}, categories=LABELS)
     monkeypatch.setitem(sys.modules, "torchvision", tv)
     monkeypatch.setitem(sys.modules, "torchvision.models", models)
+    # the weights, as torchvision's download leaves them in the pod's own TORCH_HOME
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "pod-tmp" / "torch"))
+    (tmp_path / "pod-tmp" / "torch" / "hub" / "checkpoints").mkdir(parents=True)
+    torch.save(net.state_dict(), tmp_path / "pod-tmp" / "torch" / "hub" / "checkpoints" / "mobilenet_v3_small-00000000.pth")
     doc = run("mobilenet_v3_small", "image", "/artifacts/images/c.png", "/artifacts/output.json", str(root),
               log=lambda line: None)
-    assert calls == [("mobilenet_v3_small", "mobilenet_v3_small_Weights.IMAGENET1K_V1", 1000)]
+    assert calls == [("mobilenet_v3_small", None, 10)]  # the architecture, sized by the weights the runner loaded
     assert_matches(doc["top5"], reference(net, root / "images" / "c.png"), LABELS)
+
+
+class Planted:
+    """A pickle that writes a marker file when it is unpickled (its __reduce__ calls open)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("torch_home", ["volume", "pod"])
+def test_planted_builtin_weights_are_never_unpickled(volume, monkeypatch, tmp_path, torch_home):
+    """Issue 25.4: an upload that plants .cache/torch/hub/checkpoints/resnet50-*.pth on the volume
+    (where TORCH_HOME pointed) or a pickle in the hub directory: refused, the marker never written."""
+    root, _ = volume
+    tv, models, _ = fake_torchvision({"resnet50": TinyNet().eval()})
+    monkeypatch.setitem(sys.modules, "torchvision", tv)
+    monkeypatch.setitem(sys.modules, "torchvision.models", models)
+    home = root / ".cache" / "torch" if torch_home == "volume" else tmp_path / "pod-tmp" / "torch"
+    monkeypatch.setenv("TORCH_HOME", str(home))
+    (home / "hub" / "checkpoints").mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    torch.save(Planted(marker), home / "hub" / "checkpoints" / "resnet50-00000000.pth")
+    with pytest.raises(InferenceError) as err:
+        run("resnet50", "image", "/artifacts/images/a.png", "/artifacts/o.json", str(root), log=lambda line: None)
+    assert not marker.exists()
+    assert err.value.reason == "ModelLoadFailed"
+    assert ("on the artifacts volume" if torch_home == "volume" else "Weights only load failed") in err.value.message
 
 
 def save_safetensors(state, path, metadata=None):

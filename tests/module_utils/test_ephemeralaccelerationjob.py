@@ -79,7 +79,10 @@ def test_runner_args_and_env():
     assert eaj.runner_args(spec) == ["--model", "resnet50", "--input-type", "directory", "--input", "/artifacts/imgs",
                                      "--output", "/artifacts/r/out.json", "--artifacts-dir", "/artifacts"]
     env = {e["name"]: e["value"] for e in eaj.env(spec, "j", "ns")}
-    assert env["PYTHONPATH"] == "/opt/torchdev/infer" and env["TORCH_HOME"] == "/artifacts/.cache/torch"
+    assert env["PYTHONPATH"] == "/opt/torchdev/infer" and env["TORCH_HOME"] == "/tmp/.cache/torch"
+    # issue 25.4: no cache a library loads pickles from is on the volume the user's upload fills
+    for key in ("TORCH_HOME", "XDG_CACHE_HOME", "HF_HOME", "HOME"):
+        assert not (env[key] + "/").startswith("/artifacts/"), (key, env[key])
     assert env["TORCHDEV_NAME"] == "j" and env["TORCHDEV_NAMESPACE"] == "ns"
 
 

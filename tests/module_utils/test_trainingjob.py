@@ -27,6 +27,65 @@ PROBLEMS = [
 ]
 
 
+# Checkpoint locations (issue 25.4): the effective S3 prefix of a job in namespace dev-alice, or
+# the rejection naming the field.  A prefix outside the namespace is put under it; '.', '..' and
+# empty segments are rejected; resumeFrom must be under the namespace's prefix or in the volume.
+S3 = {"enabled": True, "storage": {"type": "s3", "s3Bucket": "shared"}}
+PVC = {"enabled": True, "storage": {"type": "pvc"}}
+CHECKPOINT_PLACES = [
+    # (checkpoint spec over S3/PVC, effective uri or None, text of the problem or None)
+    ({}, "s3://shared/dev-alice/job", None),
+    ({"s3Prefix": "dev-bob/job"}, "s3://shared/dev-alice/dev-bob/job", None),
+    ({"s3Prefix": "/dev-bob/job/"}, "s3://shared/dev-alice/dev-bob/job", None),
+    ({"s3Prefix": "dev-alice/job"}, "s3://shared/dev-alice/job", None),
+    ({"s3Prefix": "dev-alice"}, "s3://shared/dev-alice", None),
+    ({"s3Prefix": "dev-alice-evil/job"}, "s3://shared/dev-alice/dev-alice-evil/job", None),
+    ({"s3Prefix": "/"}, "s3://shared/dev-alice", None),
+    ({"s3Prefix": "dev-alice/../dev-bob/job"}, None, "spec.checkpoint.storage.s3Prefix"),
+    ({"s3Prefix": "../dev-bob"}, None, "spec.checkpoint.storage.s3Prefix"),
+    ({"s3Prefix": "a/./b"}, None, "spec.checkpoint.storage.s3Prefix"),
+    ({"s3Prefix": "a//b"}, None, "spec.checkpoint.storage.s3Prefix"),
+    ({"s3Prefix": "a\\..\\b"}, None, "spec.checkpoint.storage.s3Prefix"),
+    ({"s3Prefix": 7}, None, "spec.checkpoint.storage.s3Prefix"),
+    ({"resumeFrom": "s3://shared/dev-alice/old/epoch-00010"}, "s3://shared/dev-alice/job", None),
+    ({"resumeFrom": "s3://other/dev-alice/old/epoch-00010/"}, "s3://shared/dev-alice/job", None),
+    ({"resumeFrom": "s3://shared/dev-bob/job/epoch-00010"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "s3://shared/dev-alice-evil/epoch-00010"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "s3://shared/dev-alice/../dev-bob/epoch-00010"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "s3://shared//dev-alice/epoch-00010"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "s3:///dev-alice/epoch-00010"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "/checkpoints/x/epoch-00001"}, None, "spec.checkpoint.resumeFrom"),  # a path with s3
+    ({"resumeFrom": ["s3://shared/dev-alice/epoch-00001"]}, None, "spec.checkpoint.resumeFrom"),
+]
+PVC_PLACES = [  # (checkpoint spec over PVC, its uri, text of the problem or None)
+    ({"resumeFrom": "/checkpoints/old/epoch-00003"}, "/checkpoints/job", None),
+    ({"resumeFrom": "/data/epoch-00003", "storage": {"type": "pvc", "mountPath": "/data/"}}, "/data/job", None),
+    ({"resumeFrom": "/checkpoints/../etc/epoch-00003"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "/checkpoints-other/epoch-00003"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "/checkpoints"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "checkpoints/old/epoch-00003"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "/tmp/planted/epoch-00003"}, None, "spec.checkpoint.resumeFrom"),
+    ({"resumeFrom": "/checkpoints/./old//epoch-00003"}, None, "spec.checkpoint.resumeFrom"),
+]
+
+
+@pytest.mark.parametrize("base,over,uri,text", [(S3, *row) for row in CHECKPOINT_PLACES] +
+                         [(PVC, *row) for row in PVC_PLACES])
+def test_checkpoints_stay_in_the_namespace(base, over, uri, text):
+    ckpt = json.loads(json.dumps(base))
+    for key, value in over.items():
+        (ckpt["storage"] if key.startswith("s3") else ckpt)[key] = value
+    spec = _spec(checkpoint=ckpt)
+    problem = tj.spec_problem(spec, "job", "dev-alice")
+    if text is None:
+        assert problem is None, problem
+        env = {e["name"]: e.get("value") for e in tj.env(spec, "job", "dev-alice")}
+        assert env["TORCHDEV_CHECKPOINT_URI"] == uri == tj.checkpoint_uri(spec, "job", "dev-alice")
+    else:
+        assert problem["reason"] == "InvalidSpec" and problem["message"].startswith(text), problem
+        assert "dev-bob" not in tj.checkpoint_uri(spec, "job", "dev-alice").partition("dev-alice/")[0]
+
+
 @pytest.mark.parametrize("spec,text", PROBLEMS)
 def test_spec_problem(spec, text):
     problem = tj.spec_problem(_spec(**spec), "train", "ml")
@@ -57,7 +116,10 @@ def test_env_rendezvous_from_completion_index():
     ({"type": "pvc", "claimName": "mine", "mountPath": "/data/ckpt"}, "/data/ckpt/bert", {}),
     ({"type": "s3", "s3Bucket": "ckpts", "s3Endpoint": "http://minio:9000", "secretName": "aws"},
      "s3://ckpts/ml/bert", {"AWS_ENDPOINT_URL": "http://minio:9000"}),
-    ({"type": "s3", "s3Bucket": "ckpts", "s3Prefix": "/runs/b/"}, "s3://ckpts/runs/b", {}),
+    # the prefix is always under the namespace (issue 25.4): "ml/" is put in front
+    ({"type": "s3", "s3Bucket": "ckpts", "s3Prefix": "/runs/b/"}, "s3://ckpts/ml/runs/b", {}),
+    ({"type": "s3", "s3Bucket": "ckpts", "s3Prefix": "dev-bob/bert"}, "s3://ckpts/ml/dev-bob/bert", {}),
+    ({"type": "s3", "s3Bucket": "ckpts", "s3Prefix": "ml/runs/bert"}, "s3://ckpts/ml/runs/bert", {}),
 ])
 def test_env_checkpoints(storage, uri, extra):
     spec = _spec(gpusPerWorker=0, networking={"backend": "gloo"},

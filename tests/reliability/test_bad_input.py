@@ -174,6 +174,7 @@ CASES = [
     Bad("tj-batch-zero", "TrainingJob", "spec.hyperparameters.batchSize", {"hyperparameters": {"batchSize": 0}}),
     Bad("tj-s3-without-bucket", "TrainingJob", "spec.checkpoint.storage.s3Bucket", {"checkpoint": {"storage": {"type": "s3"}}}),
     Bad("tj-resume-gcs", "TrainingJob", "spec.checkpoint.resumeFrom", {"checkpoint": {"resumeFrom": "gs://bucket/ckpt"}}),
+    Bad("tj-s3prefix-dotdot", "TrainingJob", "spec.checkpoint.storage.s3Prefix", {"checkpoint": {"storage": {"type": "s3", "s3Bucket": "b-1", "s3Prefix": "dev-me/../dev-bob/job"}}}),
     Bad("tj-claim-name", "TrainingJob", "spec.checkpoint.storage.claimName", {"checkpoint": {"storage": {"claimName": "../etc"}}}),
     Bad("tj-mountpath-relative", "TrainingJob", "spec.checkpoint.storage.mountPath", {"checkpoint": {"storage": {"mountPath": "ckpt"}}}),
     Bad("tj-s3-endpoint", "TrainingJob", "spec.checkpoint.storage.s3Endpoint", {"checkpoint": {"storage": {"type": "s3", "s3Bucket": "b-1", "s3Endpoint": "file:///etc"}}}),

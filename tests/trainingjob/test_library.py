@@ -54,6 +54,67 @@ def test_same_epoch_saved_again_replaces_it(tmp_path):
     assert store.load(1) == b"b" and store.complete() == [1]
 
 
+# -- untrusted checkpoints (issue 25.4) --------------------------------------------------------------
+class Planted:
+    """A pickle that writes a marker file when it is unpickled (its __reduce__ calls open)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _plant(store_dir, epoch, obj):
+    """What an attacker with write access to the storage leaves: a complete-looking checkpoint."""
+    import torch
+
+    DirStore(str(store_dir)).save(epoch, b"")
+    torch.save(obj, store_dir / ("epoch-%05d" % epoch) / "state.pt")
+
+
+@pytest.mark.parametrize("where", ["newest", "resumeFrom"])
+def test_a_planted_checkpoint_is_refused_and_never_run(tmp_path, where, capsys):
+    marker = tmp_path / "pwned"
+    victim = tmp_path / "checkpoints" / "victim"
+    if where == "newest":  # the newest checkpoint of the victim's own prefix
+        tt.Checkpoints(str(victim)).save(1, {"w": 1})
+        _plant(victim, 2, Planted(marker))
+        job = tt.Job("victim", "dev-alice", epochs=5, checkpoint_uri=str(victim), writer=object(), rank=0)
+    else:  # the checkpoint the victim's spec.checkpoint.resumeFrom names
+        _plant(tmp_path / "checkpoints" / "other", 7, Planted(marker))
+        job = tt.Job("victim", "dev-alice", epochs=5, checkpoint_uri=str(victim), writer=object(), rank=0,
+                     resume_from=str(tmp_path / "checkpoints" / "other" / "epoch-00007"))
+    with pytest.raises(SystemExit) as exit_:
+        job.resume()
+    assert not marker.exists()
+    assert exit_.value.code == tt.EXIT_CONFIG_ERROR
+    assert "refused to unpickle" in capsys.readouterr().out
+
+
+def test_what_the_library_saves_loads_with_weights_only(tmp_path):
+    """Model and optimizer state (tensors, numbers, strings, lists, dicts, tuples) round-trip."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    for opt in (torch.optim.Adam(model.parameters(), lr=0.01), torch.optim.SGD(model.parameters(), lr=0.1,
+                                                                                momentum=0.9)):
+        model(torch.randn(5, 4)).sum().backward()
+        opt.step()
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3, "loss": 0.25,
+                 "name": "mlp", "history": [1.0, 0.5], "shape": (2, 3), "extra": {"seen": None, "ok": True}}
+        ckpt = tt.Checkpoints(str(tmp_path / type(opt).__name__))
+        ckpt.save(3, state)
+        got = ckpt.load()
+        assert got["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
+        assert all(torch.equal(got["model"][k], v) for k, v in state["model"].items())
+        assert {k: got[k] for k in ("epoch", "loss", "name", "history", "shape", "extra")} == \
+            {k: state[k] for k in ("epoch", "loss", "name", "history", "shape", "extra")}
+        fresh = type(opt)(model.parameters(), lr=1.0)
+        fresh.load_state_dict(got["optimizer"])  # what resume() hands the training script loads
+
+
 # -- success policy ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("target,patience,history,stop_at,reason", [
     (0.9, None, [0.5, 0.8, 0.91, 0.95], 3, "TargetAccuracyReached"),

@@ -5,7 +5,10 @@ output.json.
         --output /artifacts/output.json [--artifacts-dir /artifacts] [--batch-size 16] [--device auto]
 
 * ``--model``: ``resnet50`` or ``mobilenet_v3_small`` (torchvision's, with their pretrained
-  weights: downloaded into $TORCH_HOME, which the pod keeps on the volume, or found there),
+  weights: downloaded into $TORCH_HOME/hub/checkpoints, which the pod keeps in its own /tmp,
+  never on the volume, checked against the hash in their file name and loaded with
+  ``weights_only=True``; a TORCH_HOME on the volume is refused: a file planted there by an
+  upload would be unpickled),
   or a model file in the volume: TorchScript (.pt, .pth, .ts, .torchscript; its labels, when
   saved with ``_extra_files={"labels.json": ...}``) or a .safetensors state dict of one of
   those two architectures (metadata ``architecture``, optional ``labels``: a JSON list;
@@ -150,12 +153,15 @@ def load_model(model: str, artifacts_dir: str):
     if model in BUILTIN_MODELS:
         tv = _torchvision("the model %s" % model)
         weights = tv.models.get_model_weights(model).DEFAULT
+        state = builtin_state(weights, artifacts_dir)
+        last = state.get(CLASSIFIER_WEIGHT[model]) if isinstance(state, dict) else None
+        classes = int(last.shape[0]) if last is not None else len(weights.meta.get("categories") or []) or 1000
+        net = tv.models.get_model(model, weights=None, num_classes=classes)
         try:
-            net = tv.models.get_model(model, weights=weights)
-        except Exception as exc:  # noqa: BLE001 - a download or a file that went wrong
-            raise InferenceError("ModelLoadFailed", "cannot load the pretrained weights %s of %s: %s (put the file in "
-                                                    "$TORCH_HOME/hub/checkpoints on the volume, or give a model file)"
-                                 % (weights, model, exc)) from None
+            net.load_state_dict(state)
+        except Exception as exc:  # noqa: BLE001 - missing / unexpected keys, shapes
+            raise InferenceError("ModelLoadFailed", "the pretrained weights %s do not fit %s: %s"
+                                 % (weights, model, str(exc).splitlines()[0])) from None
         return net.eval(), list(weights.meta.get("categories") or []) or None, "torchvision"
     if not (isinstance(model, str) and model.startswith("/") and model.endswith(MODEL_SUFFIXES)):
         raise InferenceError("UnknownModel", "unknown model %r: use %s, or a model file in %s (%s)" % (
@@ -178,6 +184,29 @@ def load_model(model: str, artifacts_dir: str):
                                                                                          if str(exc) else type(exc).__name__)) from None
     labels = _labels(extra["labels.json"], model)
     return net.eval(), labels, "torchscript"
+
+
+def builtin_state(weights, artifacts_dir: str) -> dict:
+    """The state dict of torchvision's pretrained ``weights`` (their ``url``): the file in
+    $TORCH_HOME/hub/checkpoints, downloaded there when missing (its sha256 checked against the
+    hash in its name), loaded with weights_only=True (tensors only: a pickle that would run
+    code is refused).  A hub directory on the artifacts volume is refused."""
+    import torch
+
+    hub = os.path.realpath(torch.hub.get_dir())
+    volume = os.path.realpath(artifacts_dir)
+    if hub == volume or hub.startswith(volume.rstrip(os.sep) + os.sep):
+        raise InferenceError("ModelLoadFailed", "TORCH_HOME (%s) is on the artifacts volume: the weights of %s are "
+                                                "never loaded from where an upload can write (use a model file)"
+                             % (torch.hub.get_dir(), weights))
+    try:
+        return torch.hub.load_state_dict_from_url(weights.url, model_dir=os.path.join(hub, "checkpoints"),
+                                                  map_location="cpu", progress=False, check_hash=True,
+                                                  weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a download, a hash or a pickle that went wrong
+        raise InferenceError("ModelLoadFailed", "cannot load the pretrained weights %s: %s (give a model file)"
+                             % (weights, str(exc).strip().splitlines()[0] if str(exc).strip()
+                                else type(exc).__name__)) from None
 
 
 def _labels(raw, where: str):

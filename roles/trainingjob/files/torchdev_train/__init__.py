@@ -29,11 +29,11 @@ import json
 import os
 from typing import Any
 
-from .checkpoint import Checkpoints, epoch_of
+from .checkpoint import Checkpoints, UnsafeCheckpoint, epoch_of
 from .policy import SuccessPolicy
 from .status import StatusWriter, now
 
-__all__ = ["Job", "Checkpoints", "SuccessPolicy", "StatusWriter", "EXIT_CONFIG_ERROR"]
+__all__ = ["Job", "Checkpoints", "UnsafeCheckpoint", "SuccessPolicy", "StatusWriter", "EXIT_CONFIG_ERROR"]
 
 # A worker exiting with this code fails the TrainingJob at once (no restart can fix it).
 EXIT_CONFIG_ERROR = 3
@@ -99,13 +99,18 @@ class Job:
     # -- checkpoints -------------------------------------------------------------------------
     def resume(self) -> tuple[int, Any]:
         """(next epoch, state) from the newest complete checkpoint of this job, else from
-        checkpoint.resumeFrom, else (1, None).  Every rank reads it."""
-        if self.checkpoints is not None:
-            newest = self.checkpoints.newest()
-            if newest is not None:
-                return newest + 1, self.checkpoints.load(newest)
-        if self.resume_from:
-            return self._resume_from()
+        checkpoint.resumeFrom, else (1, None).  Every rank reads it.  A checkpoint that is not
+        plain data (UnsafeCheckpoint: loaded with weights_only) exits with EXIT_CONFIG_ERROR."""
+        try:
+            if self.checkpoints is not None:
+                newest = self.checkpoints.newest()
+                if newest is not None:
+                    return newest + 1, self.checkpoints.load(newest)
+            if self.resume_from:
+                return self._resume_from()
+        except UnsafeCheckpoint as exc:  # a planted file: never run it; a restart cannot fix it
+            print("torchdev_train: %s" % exc)
+            raise SystemExit(EXIT_CONFIG_ERROR) from None
         return 1, None
 
     def _resume_from(self) -> tuple[int, Any]:

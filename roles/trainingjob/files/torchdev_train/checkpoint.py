@@ -8,6 +8,11 @@ Layout under the store's root (``TORCHDEV_CHECKPOINT_URI``: a directory or ``s3:
 Directory: written to ``.epoch-00012.tmp-<pid>/`` and renamed into place (``os.replace`` of a
 directory is atomic on POSIX), after fsync.  S3: ``state.pt`` is uploaded first, ``COMPLETE``
 after it; objects without a ``COMPLETE`` beside them are ignored and removed by rotation.
+Loading is ``torch.load(..., weights_only=True)``: tensors, numbers, strings, lists, tuples,
+dicts (a model's and an optimizer's state_dict) load; anything else in the pickle (a class
+with ``__reduce__``: code a planted file would run) is refused with UnsafeCheckpoint.  A
+training script that saves other types registers them itself
+(``torch.serialization.add_safe_globals([MyType])``) before ``Job.resume()``.
 Rotation runs after each save (never fewer than ``retention`` complete checkpoints): a worker
 killed between the two leaves ``retention + 1`` until the next save rotates.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import re
 import shutil
 from typing import Any
@@ -22,6 +28,10 @@ from typing import Any
 STATE = "state.pt"
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^epoch-(\d{5,})$")
+
+
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint that is not plain data (weights_only refused it): never unpickled."""
 
 
 def name_of(epoch: int) -> str:
@@ -205,7 +215,12 @@ class Checkpoints:
         epoch = self.newest() if epoch is None else epoch
         if epoch is None:
             return None
-        return torch.load(io.BytesIO(self.store.load(epoch)), map_location="cpu", weights_only=False)
+        try:
+            return torch.load(io.BytesIO(self.store.load(epoch)), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise UnsafeCheckpoint("checkpoint %s holds more than tensors, numbers, strings, lists and dicts: refused "
+                                   "to unpickle it (%s)" % (self.uri(epoch), first)) from None
 
     def uri(self, epoch: int) -> str:
         return self.store.uri(name_of(epoch))
