@@ -113,8 +113,8 @@ checkov: setup $(CHECKOV_STAMP) ## checkov on every rendered manifest (roles x s
 	  $(BIN)/python -m hack.render_manifests --image $(IMG) "$$out" && \
 	  BC_SKIP_MAPPING=TRUE $(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d "$$out"
 
-run: setup ## Run the operator against $KUBECONFIG in the foreground: reconcile metrics on :8080, the exporter on :8686 (METRICS_PORT)
-	@$(BIN)/torchdev-exporter --port $(METRICS_PORT) & exporter=$$!; trap 'kill $$exporter' EXIT; \
+run: setup ## Run the operator against $KUBECONFIG in the foreground: reconcile metrics on :8080, the exporter on 127.0.0.1:8686 (METRICS_PORT; plain HTTP, --insecure-loopback)
+	@$(BIN)/torchdev-exporter --insecure-loopback --address 127.0.0.1 --port $(METRICS_PORT) & exporter=$$!; trap 'kill $$exporter' EXIT; \
 	if command -v ansible-operator >/dev/null 2>&1; then \
 	  ansible-operator run --watches-file=./watches.yaml --metrics-bind-address=:$(RUNTIME_METRICS_PORT); \
 	else \

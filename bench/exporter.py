@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         proc = subprocess.Popen([sys.executable, "-m", "torchdev_exporter", "--kubeconfig", sim.kubeconfig,
-                                 "--port", str(port), "--address", "127.0.0.1"],
+                                 "--port", str(port), "--address", "127.0.0.1", "--insecure-loopback"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}/metrics"
         try:

@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_port = free_port()
         step(f"Starting the metrics exporter (torchdev-exporter, http://127.0.0.1:{metrics_port}/metrics)")
         exporter = subprocess.Popen([str(BIN / "torchdev-exporter"), "--kubeconfig", env["KUBECONFIG"],
-                                     "--address", "127.0.0.1", "--port", str(metrics_port)],
+                                     "--address", "127.0.0.1", "--insecure-loopback", "--port", str(metrics_port)],
                                     env=env, stdout=open(workdir / "exporter.log", "w"),
                                     stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
 

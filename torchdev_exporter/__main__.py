@@ -1,6 +1,12 @@
 """torchdev-exporter: serve torchdev's Prometheus series (docs/metrics.md).
 
-    torchdev-exporter [--kubeconfig PATH] [--port 8686] [--address 0.0.0.0]
+    torchdev-exporter [--kubeconfig PATH] [--port 8686] [--address 0.0.0.0] [--tls-cert-dir DIR]
+    torchdev-exporter --insecure-loopback --address 127.0.0.1 [--port 8686]     (local use)
+
+Serves HTTPS, to clients whose bearer token the cluster authenticates (TokenReview) and
+authorizes for `get` on /metrics (SubjectAccessReview; the ClusterRole metrics-reader), as
+kube-rbac-proxy does (serve.py); /healthz answers anyone.  --insecure-loopback: plain HTTP
+without authentication, on a loopback address only.
 
 Reads the cluster through watches: DevServers, TrainingJobs and EphemeralAccelerationJobs in
 every namespace, the DevServerFlavors and the DevUsers (whose e-mails are the only values of
@@ -16,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 import time
 
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import API_GROUP, VERSION
+from torchdev_exporter import serve
 from torchdev_exporter.metrics import Store, collect
 
 log = logging.getLogger("torchdev_exporter")
@@ -81,10 +89,18 @@ class Exporter:
         self.threads: list[threading.Thread] = []
         self.server = None
 
-    def start(self, port: int = 8686, address: str = "0.0.0.0") -> "Exporter":
+    def start(self, port: int = 8686, address: str = "0.0.0.0", insecure_loopback: bool = False,
+              cert_dir: str | None = None, review=None, cache_ttl: float = 60.0) -> "Exporter":
+        """Watch the cluster and serve /metrics on ``address:port``: HTTPS to authorized
+        clients (serve.py; ``review``: token -> (decision, user), by default the cluster's
+        TokenReview and SubjectAccessReview), or with ``insecure_loopback`` plain HTTP to anyone,
+        which only a loopback ``address`` may do."""
         from kubernetes import client, config
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry, make_wsgi_app
 
+        if insecure_loopback and not serve.is_loopback(address):
+            raise ValueError("--insecure-loopback serves without TLS or authentication: only on a loopback "
+                             "address (127.0.0.1, ::1), not %s" % address)
         if self.kubeconfig:
             api = config.new_client_from_config(self.kubeconfig)
         else:
@@ -94,6 +110,12 @@ class Exporter:
                 config.load_kube_config()
             api = client.ApiClient()
         custom = client.CustomObjectsApi(api)
+        ctx = reviewer = None
+        if not insecure_loopback:
+            ctx, self.cert_file = serve.tls_context(cert_dir, [address if address not in ("0.0.0.0", "::", "")
+                                                               else "torchdev-exporter", "localhost", "127.0.0.1"])
+            reviewer = serve.Reviewer(review or serve.kubernetes_review(api), ttl=cache_ttl)
+        self.reviewer = reviewer
 
         def lister(plural):
             def list_fn(**kw):
@@ -113,8 +135,9 @@ class Exporter:
             self.threads.append(t)
         registry = CollectorRegistry()
         registry.register(Collector(self.store))
-        self.server, _thread = start_http_server(port, addr=address, registry=registry)
+        self.server = serve.serve(serve.guard(make_wsgi_app(registry), reviewer), address, port, ctx)
         self.port = self.server.server_address[1]
+        self.scheme = "http" if ctx is None else "https"
         return self
 
     def synced(self) -> bool:
@@ -126,6 +149,7 @@ class Exporter:
         self.stop.set()
         if self.server is not None:
             self.server.shutdown()
+            self.server.server_close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,10 +158,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     parser.add_argument("--port", type=int, default=8686)
     parser.add_argument("--address", default="0.0.0.0")
+    parser.add_argument("--tls-cert-dir", default=os.environ.get("TORCHDEV_EXPORTER_TLS_CERT_DIR") or None,
+                        help="a directory with tls.crt and tls.key (a mounted Secret); default: a self-signed "
+                             "certificate made at start")
+    parser.add_argument("--auth-cache-seconds", type=float, default=60.0,
+                        help="how long a token's review result is reused (default 60)")
+    parser.add_argument("--insecure-loopback", action="store_true",
+                        default=os.environ.get("TORCHDEV_EXPORTER_INSECURE_LOOPBACK") == "1",
+                        help="plain HTTP without authentication, for local use (make run, make demo); "
+                             "refused unless --address is a loopback address")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    exporter = Exporter(args.kubeconfig).start(args.port, args.address)
-    log.info("serving torchdev metrics on %s:%d/metrics", args.address, exporter.port)
+    try:
+        exporter = Exporter(args.kubeconfig).start(args.port, args.address, insecure_loopback=args.insecure_loopback,
+                                                   cert_dir=args.tls_cert_dir, cache_ttl=args.auth_cache_seconds)
+    except ValueError as exc:
+        parser.error(str(exc))
+    log.info("serving torchdev metrics on %s://%s:%d/metrics%s", exporter.scheme, args.address, exporter.port,
+             "" if args.insecure_loopback else " (bearer token: TokenReview + SubjectAccessReview, get /metrics)")
     try:
         while True:
             time.sleep(3600)

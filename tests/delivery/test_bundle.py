@@ -32,7 +32,9 @@ def test_layout_is_operator_sdks(generated):
         # the users' ClusterRoles the operator binds (not its own permissions: those are in the CSV)
         "bundle/manifests/torchdev-devserver-user_rbac.authorization.k8s.io_v1_clusterrole.yaml",
         "bundle/manifests/torchdev-devserver-flavor-reader_rbac.authorization.k8s.io_v1_clusterrole.yaml",
-        "bundle/manifests/torchdev-devserver-flavor-reader_rbac.authorization.k8s.io_v1_clusterrolebinding.yaml"}
+        "bundle/manifests/torchdev-devserver-flavor-reader_rbac.authorization.k8s.io_v1_clusterrolebinding.yaml",
+        # who may scrape the exporter's /metrics (the cluster admin binds it to Prometheus)
+        "bundle/manifests/torchdev-metrics-reader_rbac.authorization.k8s.io_v1_clusterrole.yaml"}
 
 
 def test_every_crd_of_config_crd_is_in_the_bundle_unchanged(generated):

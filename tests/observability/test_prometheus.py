@@ -162,7 +162,7 @@ def exporter(sim, kube):
               "spec": {"description": "a dollar a 100 seconds", "pricePerHour": "%.4f" % PRICE,
                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}}
     kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devserverflavors", flavor)
-    exp = Exporter(sim.kubeconfig).start(port=0, address="127.0.0.1")
+    exp = Exporter(sim.kubeconfig).start(port=0, address="127.0.0.1", insecure_loopback=True)
     yield exp
     exp.close()
 

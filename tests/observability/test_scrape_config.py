@@ -86,12 +86,53 @@ def scrape_problems(namespace: str, template: dict, objects: list[dict]) -> tupl
             problems.append(f"Service port {port['name']}: no container port named {port['targetPort']}")
             continue
         (container, container_port), = target
-        why = _listens_on(container, container_port["containerPort"])
+        why = _listens_on(container, container_port["containerPort"]) or _authorized(container, endpoint)
         if why:
             problems.append(why)
         else:
             scraped.add(container["name"])
+    problems += _policy_problems(namespace, template, objects, {p["targetPort"] for p in ports.values()})
     return problems, scraped
+
+
+def _authorized(container: dict, endpoint: dict) -> str | None:
+    """Why the exporter would refuse the endpoint's scrapes, or serve them to anyone (issue
+    25.7: HTTPS and a bearer token reviewed by the cluster, unless --insecure-loopback)."""
+    if container["name"] != "exporter":
+        return None
+    if "--insecure-loopback" in list(container.get("command") or []) + list(container.get("args") or []):
+        return "the exporter serves plain HTTP without authentication (--insecure-loopback)"
+    if endpoint.get("scheme") != "https" or not (endpoint.get("bearerTokenFile") or endpoint.get("authorization")):
+        return "the exporter's endpoint scrapes without HTTPS and a bearer token: the exporter refuses it"
+    return None
+
+
+def _policy_problems(namespace: str, template: dict, objects: list[dict], metrics_ports: set) -> list[str]:
+    """The NetworkPolicy admits to the operator pod only its metrics ports, only from namespaces
+    labelled metrics=enabled (a namespaceSelector, no ipBlock), and denies every other ingress."""
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    if len(policies) != 1:
+        return ["%d NetworkPolicies for the operator pod, want 1" % len(policies)]
+    spec = policies[0]["spec"]
+    problems = []
+    if policies[0]["metadata"].get("namespace") != namespace:
+        problems.append("the NetworkPolicy is in %s, the operator in %s" % (policies[0]["metadata"].get("namespace"),
+                                                                           namespace))
+    if not _selects(spec["podSelector"].get("matchLabels") or {}, template["metadata"].get("labels") or {}) \
+            or _selects(spec["podSelector"].get("matchLabels") or {}, ANOTHER_OPERATOR):
+        problems.append("the NetworkPolicy does not select the operator pod alone")
+    if spec.get("policyTypes") != ["Ingress"]:
+        problems.append("the NetworkPolicy's policyTypes are %s, not [Ingress]" % spec.get("policyTypes"))
+    for rule in spec.get("ingress") or []:
+        ports = {p.get("port") for p in rule.get("ports") or []}
+        if not ports or not ports <= metrics_ports:
+            problems.append("the NetworkPolicy admits ports %s, beyond the metrics ports" % (sorted(map(str, ports))
+                                                                                             or "all"))
+        sources = rule.get("from") or []
+        if not sources or any(set(src) != {"namespaceSelector"} or not src["namespaceSelector"].get("matchLabels")
+                              for src in sources):
+            problems.append("the NetworkPolicy admits sources other than labelled namespaces: %s" % sources)
+    return problems
 
 
 @pytest.mark.parametrize("path", ["kustomize", "olm"])
@@ -102,8 +143,12 @@ def test_the_service_monitor_scrapes_the_exporter_and_the_manager(paths, path):
     assert scraped == {"exporter", "manager"}
 
 
+def _container(template, name):
+    return next(c for c in template["spec"]["containers"] if c["name"] == name)
+
+
 def _manager(template):
-    return next(c for c in template["spec"]["containers"] if c["name"] == "manager")
+    return _container(template, "manager")
 
 
 def _bind_loopback(template):
@@ -120,6 +165,16 @@ def _bind_loopback(template):
      lambda t, o: _one(o, "Service")["spec"]["selector"].pop("app.kubernetes.io/name"), "another operator"),
     ("the objects in another namespace than the operator",
      lambda t, o: [obj["metadata"].update(namespace="torchdev-system") for obj in o], "is in torchdev-system"),
+    ("the exporter's endpoint over plain HTTP (as before)",
+     lambda t, o: [_one(o, "ServiceMonitor")["spec"]["endpoints"][0].pop(k) for k in ("scheme", "bearerTokenFile")],
+     "without HTTPS and a bearer token"),
+    ("the exporter without authentication",
+     lambda t, o: _container(t, "exporter")["command"].append("--insecure-loopback"), "--insecure-loopback"),
+    ("no NetworkPolicy (as before)", lambda t, o: o.remove(_one(o, "NetworkPolicy")), "0 NetworkPolicies"),
+    ("a NetworkPolicy admitting every port",
+     lambda t, o: _one(o, "NetworkPolicy")["spec"]["ingress"][0].pop("ports"), "beyond the metrics ports"),
+    ("a NetworkPolicy admitting every namespace",
+     lambda t, o: _one(o, "NetworkPolicy")["spec"]["ingress"][0].pop("from"), "other than labelled namespaces"),
     ("a ServiceMonitor selecting other labels",
      lambda t, o: _one(o, "ServiceMonitor")["spec"]["selector"]["matchLabels"].update(team="x"),
      "does not select the Service"),

@@ -541,6 +541,11 @@ def operator_needs(reg: Registry, scans: dict[str, RoleScan], rendered: dict[str
             for res in sorted(scan.created - blacklist):
                 for verb in ("list", "watch"):
                     need(Access(*res, verb), "ansible-operator: dependent watch of %s" % kind)
+    # The exporter (the Deployment's second container, the same ServiceAccount) reviews each
+    # scrape's bearer token: TokenReview and SubjectAccessReview (torchdev_exporter/serve.py).
+    from torchdev_exporter.serve import REVIEWS
+    for group, resource, verb in REVIEWS:
+        need(Access(group, resource, verb), "torchdev-exporter: authenticates and authorizes each scrape")
     for role, objects in rendered.items():
         for obj in objects:
             for ref in obj.get("metadata", {}).get("ownerReferences") or []:
