@@ -132,22 +132,49 @@ def resource_groups(flavors, quota):
 
 
 # --------------------------------------------------------------------------- namespace quota
-def quota_hard(quota, kueue):
-    """ResourceQuota ``hard``: storage, claims and DevServers always; without Kueue also the
-    namespace's GPUs, CPU and memory (with Kueue the ClusterQueue holds those)."""
+def _total(values):
+    """The sum of quantities: with their common suffix when they share one (3 x 96Gi = 288Gi),
+    else in plain units."""
+    values = [quantity(v) for v in values]
+    suffixes = {v.lstrip("0123456789.") for v in values}
+    if len(suffixes) == 1:
+        suffix = suffixes.pop()
+        total = sum(parse_quantity(v[:len(v) - len(suffix)] if suffix else v) for v in values)
+        return (str(int(total)) if total == total.to_integral_value() else format(total.normalize(), "f")) + suffix
+    total = sum(parse_quantity(v) for v in values)
+    return str(int(total)) if total == total.to_integral_value() else format(total.normalize(), "f")
+
+
+def namespace_compute(quota, kueue, flavors=None):
+    """The cpu, memory and GPUs the DevUser's quota gives their namespace: without Kueue
+    ``quota.cpu`` / ``quota.memory`` / ``quota.gpus``; with Kueue what its ClusterQueue's
+    nominal quotas add up to over the flavors (``resource_groups``: each flavor's own quota,
+    GPUs only for GPU flavors), or those three when there is no flavor."""
     quota = quota or {}
-    hard = {
+    base = {CPU: quantity(quota.get("cpu", "64")), MEMORY: quantity(quota.get("memory", "256Gi")),
+            GPU: str(int(quota.get("gpus", 0)))}
+    groups = resource_groups(flavors, quota) if kueue else []
+    if not groups:
+        return base
+    nominal = [{r["name"]: r["nominalQuota"] for r in f["resources"]} for f in groups[0]["flavors"]]
+    return {res: _total([n[res] for n in nominal]) for res in QUOTA_RESOURCES}
+
+
+def quota_hard(quota, kueue, flavors=None):
+    """ResourceQuota ``hard``: storage, claims and DevServers, and the namespace's cpu, memory
+    and GPUs (``namespace_compute``) in both modes: with Kueue the ClusterQueue queues within
+    the same quota, and no pod of the namespace (one Kueue does not queue, a helper pod) gets
+    past it."""
+    quota = quota or {}
+    compute = namespace_compute(quota, kueue, flavors)
+    return {
         "requests.storage": quantity(quota.get("storage", "2Ti")),
         "persistentvolumeclaims": str(int(quota.get("persistentVolumeClaims", 32))),
         "count/devservers.torchdev.io": str(int(quota.get("devServers", 10))),
+        "requests.cpu": compute[CPU],
+        "requests.memory": compute[MEMORY],
+        "requests.nvidia.com/gpu": compute[GPU],
     }
-    if not kueue:
-        hard.update({
-            "requests.cpu": quantity(quota.get("cpu", "64")),
-            "requests.memory": quantity(quota.get("memory", "256Gi")),
-            "requests.nvidia.com/gpu": str(int(quota.get("gpus", 0))),
-        })
-    return hard
 
 
 def limits(quota, kueue, default_request):

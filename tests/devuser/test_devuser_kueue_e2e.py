@@ -10,6 +10,8 @@ import pytest
 from _devuser_helpers import (GROUP, KUEUE as KUEUE_GROUP, VERSION, assert_reconcile_writes_nothing, create_devuser, flavors, gone, kueue_model,
                               reconcile_again, samples, wait_ready)
 
+from ansible_collections.torchdev.operator.plugins.module_utils.quantity import parse_quantity
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 KUEUE = True
 KV = "v1beta2"
@@ -56,9 +58,14 @@ def test_queues_exist_and_validate(sim, kube, runtime):
     assert gpus == {f["metadata"]["name"]: "4" if (f["spec"].get("gpu") or {}).get("count") else "0"
                     for f in flavors()}
     assert gpus["cpu-small"] == "0" and gpus["gpu-a10g-1"] == "4"
-    # With Kueue the ClusterQueue holds GPUs/CPU/memory; the namespace quota keeps the rest.
+    # The namespace quota caps GPUs/CPU/memory at what the ClusterQueue admits (its nominal quotas
+    # over the flavors): a pod Kueue does not queue gets no more than that (issue 25.3).
     hard = kube["core"].read_namespaced_resource_quota("torchdev-quota", "dev-kara").spec.hard
-    assert "requests.nvidia.com/gpu" not in hard and "requests.cpu" not in hard
+    for res in ("nvidia.com/gpu", "cpu", "memory"):
+        nominal = sum(parse_quantity(r["nominalQuota"]) for f in cq["spec"]["resourceGroups"][0]["flavors"]
+                      for r in f["resources"] if r["name"] == res)
+        assert parse_quantity(hard["requests." + res]) == nominal, res
+    assert hard["requests.nvidia.com/gpu"] == str(4 * sum(1 for g in gpus.values() if g == "4"))
     assert hard["requests.storage"] == "2Ti"
 
 

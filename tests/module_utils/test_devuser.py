@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.torchdev.operator.plugins.module_utils import devuser as du, labels
+from ansible_collections.torchdev.operator.plugins.module_utils import devuser as du, labels, quantity
 from hack.render_cases import flavors
 
 A10G = {"metadata": {"name": "gpu-a10g-1"}, "spec": {
@@ -93,14 +93,46 @@ def test_resource_groups_for_the_samples_cover_every_request():
     assert all(len(f["resources"]) == len(group["coveredResources"]) for f in group["flavors"])
 
 
-@pytest.mark.parametrize("quota, kueue, hard", [
-    ({}, True, {"requests.storage": "2Ti", "persistentvolumeclaims": "32", "count/devservers.torchdev.io": "10"}),
-    ({"gpus": 2, "cpu": 8, "memory": "32Gi", "storage": "1Ti", "persistentVolumeClaims": 5, "devServers": 1}, False,
-     {"requests.storage": "1Ti", "persistentvolumeclaims": "5", "count/devservers.torchdev.io": "1",
-      "requests.cpu": "8", "requests.memory": "32Gi", "requests.nvidia.com/gpu": "2"}),
+FIXED = {"requests.storage": "2Ti", "persistentvolumeclaims": "32", "count/devservers.torchdev.io": "10"}
+
+
+@pytest.mark.parametrize("quota, kueue, flavors, compute", [
+    # without Kueue: the DevUser's quota as it is (flavors do not matter)
+    ({}, False, [CPU, A10G], {"requests.cpu": "64", "requests.memory": "256Gi", "requests.nvidia.com/gpu": "0"}),
+    ({"gpus": 2, "cpu": 8, "memory": "32Gi"}, False, [],
+     {"requests.cpu": "8", "requests.memory": "32Gi", "requests.nvidia.com/gpu": "2"}),
+    # with Kueue: the ClusterQueue's nominal quotas added up over the flavors (GPUs: GPU flavors only)
+    ({"gpus": 2, "cpu": 8, "memory": "32Gi"}, True, [CPU, A10G],
+     {"requests.cpu": "16", "requests.memory": "64Gi", "requests.nvidia.com/gpu": "2"}),
+    ({"gpus": 3, "cpu": "24", "memory": "96Gi", "flavors": [{"name": "cpu-small", "cpu": "4", "memory": "8Gi"},
+                                                            {"name": "gpu-a10g-1", "gpus": 1}]}, True, [CPU, A10G, EFA],
+     {"requests.cpu": "52", "requests.memory": "200Gi", "requests.nvidia.com/gpu": "4"}),
+    ({"cpu": "500m", "memory": "1Gi", "flavors": [{"name": "cpu-small", "cpu": "1", "memory": "512Mi"}]}, True,
+     [CPU, A10G], {"requests.cpu": "1.5", "requests.memory": "1610612736", "requests.nvidia.com/gpu": "0"}),
+    # with Kueue and no flavor (nothing to queue on): the DevUser's quota as it is, never unlimited
+    ({"gpus": 1}, True, [], {"requests.cpu": "64", "requests.memory": "256Gi", "requests.nvidia.com/gpu": "1"}),
+    ({}, True, None, {"requests.cpu": "64", "requests.memory": "256Gi", "requests.nvidia.com/gpu": "0"}),
 ])
-def test_quota_hard(quota, kueue, hard):
-    assert du.quota_hard(quota, kueue) == hard
+def test_quota_hard_caps_cpu_memory_and_gpus_in_both_modes(quota, kueue, flavors, compute):
+    assert du.quota_hard(quota, kueue, flavors) == dict(FIXED, **compute)
+
+
+def test_quota_hard_storage_claims_and_devservers():
+    hard = du.quota_hard({"storage": "1Ti", "persistentVolumeClaims": 5, "devServers": 1}, False)
+    assert {k: hard[k] for k in FIXED} == {"requests.storage": "1Ti", "persistentvolumeclaims": "5",
+                                           "count/devservers.torchdev.io": "1"}
+
+
+def test_quota_hard_is_what_the_cluster_queue_admits():
+    """With Kueue the namespace's quota is the ClusterQueue's nominal quotas added up: whatever
+    Kueue admits fits, nothing beyond it does."""
+    quota = {"gpus": 4, "cpu": "32", "memory": "128Gi", "flavors": [{"name": "efa", "gpus": 2}]}
+    groups = du.resource_groups([CPU, A10G, EFA], quota)
+    hard = du.quota_hard(quota, True, [CPU, A10G, EFA])
+    for res in ("cpu", "memory", "nvidia.com/gpu"):
+        nominal = sum(quantity.parse_quantity(r["nominalQuota"]) for f in groups[0]["flavors"]
+                      for r in f["resources"] if r["name"] == res)
+        assert quantity.parse_quantity(hard["requests." + res]) == nominal, res
 
 
 @pytest.mark.parametrize("quota, kueue, item", [
