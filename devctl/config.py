@@ -209,7 +209,8 @@ def config_set(key: str, value: str) -> None:
     github-user U      fetch U's public SSH keys from GitHub now and keep them for
                        'devctl create' (with the keys in ~/.ssh/id_*.pub)
     github-keys-url T  where keys are fetched from ({user} in T; default
-                       https://github.com/{user}.keys)
+                       https://github.com/{user}.keys; https:// only, http://
+                       only to localhost)
     namespace NS, owner EMAIL  as set-namespace / set-owner
     """
     if key == "namespace":
@@ -225,6 +226,12 @@ def config_set(key: str, value: str) -> None:
         path = save_config(data)
         click.echo(f"github-user set to {value!r} in {path}: {len(keys)} SSH key(s) from GitHub")
         return
+    elif key == "github-keys-url":
+        from .github import url_problem
+
+        problem = url_problem(value.replace("{user}", "user"))
+        if problem:
+            raise DevctlError(f"github-keys-url {value!r}: {problem}")
     _set_key(key, value)
 
 

@@ -29,8 +29,10 @@ from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
 from .output import age, as_list, human_duration, info, now, output_option, parse_time, print_object, print_table, truncate
+from .transfer import DOWNLOAD_MAX_FILES
 
 from ansible_collections.torchdev.operator.plugins.module_utils import ephemeralaccelerationjob as eaj
+from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity, parse_quantity
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     EAJ_ARTIFACTS_DIR, EAJ_EXPIRES_ANNOTATION, EAJ_FINAL_PHASES, EAJ_HELPER_IMAGE, EAJ_LABEL, EAJ_TTL_ANNOTATION,
     LABEL_MANAGED_BY)
@@ -40,6 +42,13 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 HELPER_TIMEOUT = 300.0  # seconds for a helper pod to start
 HELPER_LIFETIME = 3600  # a helper pod left behind ends itself (activeDeadlineSeconds)
 USER_ID = 1000  # the helper pods' user, the inference pod's (the volume is group-writable for it)
+
+
+def _byte_size(_ctx, param, value: str) -> int:
+    """A size like 500Mi or 2Gi, in bytes (at least 1)."""
+    if not is_quantity(value) or parse_quantity(value) < 1:
+        raise click.BadParameter(f"{value!r} is not a size like 500Mi or 2Gi", param=param)
+    return int(parse_quantity(value))
 
 
 def validate_name(_ctx, _param, value: str | None) -> str | None:
@@ -312,18 +321,32 @@ def copy_file(settings: Settings, name: str, url: str, target_path: str, pvc_siz
               callback=lambda c, p, v: v if v == EAJ_ARTIFACTS_DIR else volume_path(v, "--path"),
               help="The directory of the volume to download.")
 @click.option("--helper-image", default=EAJ_HELPER_IMAGE, show_default=True, help="Image of the download pod (tar).")
+@click.option("--links", is_flag=True,
+              help="Keep symbolic links whose target stays below them (relative, no '..') and hard links to files "
+                   "of the download (default: links are skipped and reported).")
+@click.option("--max-size", default="20Gi", show_default=True, callback=_byte_size, metavar="QUANTITY",
+              help="Stop past this much file data (e.g. 500Mi, 2Gi).")
+@click.option("--max-files", type=click.IntRange(1), default=DOWNLOAD_MAX_FILES, show_default=True,
+              help="Stop past this many files, directories and links.")
 @kube_options()
 @pass_settings
-def download(settings: Settings, name: str, target: str | None, source: str, helper_image: str) -> None:
-    """Download the volume of job NAME (its results, and what was uploaded) to this machine."""
-    from .transfer import download as fetch
+def download(settings: Settings, name: str, target: str | None, source: str, helper_image: str, links: bool,
+             max_size: int, max_files: int) -> None:
+    """Download the volume of job NAME (its results, and what was uploaded) to this machine.
+
+    What a job left on its volume is untrusted: members with absolute paths or '..', devices
+    and FIFOs are skipped, and so are symbolic and hard links unless --links; each skipped
+    member is reported on stderr. Past --max-size or --max-files the download stops with an
+    error (what was written stays)."""
+    from .transfer import Extractor, download as fetch
 
     namespace = settings.namespace()
     api = settings.api
     _volume_of(api, namespace, name)
     target = target or f"{name}-artifacts"
+    extractor = Extractor(target, max_bytes=max_size, max_files=max_files, links=links)
     with Helper(api, namespace, name, "transfer", helper_image) as pod:
-        fetch(api, namespace, pod, source, target)
+        fetch(api, namespace, pod, source, target, extractor=extractor)
     click.echo(os.path.abspath(target))
 
 

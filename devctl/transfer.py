@@ -241,13 +241,15 @@ def upload(api, namespace: str, pod: str, local: str, target: str, progress: Pro
 
 # --------------------------------------------------------------------------- download
 class _Receiver:
-    """A file object for tarfile's streaming reader: the command's stdout."""
+    """A file object for tarfile's streaming reader: the command's stdout (at most ``limit``
+    bytes: past it, TooLarge)."""
 
-    def __init__(self, ex: Exec, progress: Progress):
+    def __init__(self, ex: Exec, progress: Progress, limit: int | None = None):
         self.frames = ex.frames()
         self.progress = progress
         self.cur = b""
         self.pos = 0
+        self.limit, self.received = limit, 0
 
     def read(self, size: int = -1) -> bytes:
         parts = []
@@ -257,6 +259,9 @@ class _Receiver:
                 if nxt is None:
                     break
                 self.cur, self.pos = nxt, 0
+                self.received += len(nxt)
+                if self.limit is not None and self.received > self.limit:
+                    raise TooLarge("the stream passed %s (--max-size and its headers): stopped" % megabytes(self.limit))
                 self.progress.add(len(nxt))
                 continue
             take = len(self.cur) - self.pos if size < 0 else min(size, len(self.cur) - self.pos)
@@ -267,26 +272,166 @@ class _Receiver:
         return b"".join(parts)
 
 
-def download(api, namespace: str, pod: str, source: str, local: str, progress: Progress | None = None) -> Progress:
-    """Copy the directory ``source`` of the pod into ``local``: ``tar -c`` there."""
+# The defaults of ``devctl infer download``'s limits (--max-size, --max-files).
+DOWNLOAD_MAX_BYTES = 20 * 1024 ** 3
+DOWNLOAD_MAX_FILES = 200_000
+SKIPPED_SHOWN = 20  # the skipped members named one by one on stderr, then a count
+# Bytes a tar stream may hold beyond its files' data: headers (a member's PAX header, name,
+# link target) and padding, per member, plus the end-of-archive blocks.
+_TAR_OVERHEAD = 8 * 1024
+
+
+class TooLarge(DevctlError):
+    """The download passed one of its limits: stopped there."""
+
+
+def _inside(name: str) -> str | None:
+    """The archive member's path, normalised ("./a/b" -> "a/b"), or None when it is absolute,
+    climbs out (``..``) or is empty."""
+    if name.startswith("/") or "\\" in name:
+        return None
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+class Extractor:
+    """Takes a tar stream apart into ``local``, as untrusted input (what a job left on its volume):
+
+    * members whose path is absolute or climbs out (``..``) are skipped, and so is any member
+      below a symbolic link of the archive or whose directory is not inside ``local`` on disk;
+    * symbolic and hard links are skipped unless ``links``; then a symbolic link is kept only
+      when its target is relative and never goes up (no ``..``: it can only point below its
+      own directory), and a hard link only to a regular file this archive already wrote;
+    * devices, FIFOs and other special files are always skipped;
+    * at most ``max_files`` members and ``max_bytes`` of file data (the stream itself at most
+      that plus the members' headers): past either, TooLarge (what was written stays);
+    * files are then written with tarfile's ``data`` filter too (modes, owners).
+
+    Each skipped member is reported through ``skip(name, why)``; by default on stderr (the first
+    SKIPPED_SHOWN by name, then how many more: ``summary()``).  Not tarfile's filter alone for
+    links: before Python 3.11.13 / 3.12.11 it does not normalise a link's target through links
+    the same archive made (``z -> .`` then ``z/z/.../../..``)."""
+
+    def __init__(self, local: str, max_bytes: int = DOWNLOAD_MAX_BYTES, max_files: int = DOWNLOAD_MAX_FILES,
+                 links: bool = False, skip: Callable[[str, str], None] | None = None):
+        self.local, self.root = local, os.path.realpath(local)
+        self.max_bytes, self.max_files, self.links = int(max_bytes), int(max_files), links
+        self.skip = skip or self._warn
+        self.skipped: list[tuple[str, str]] = []
+        self.files = self.members = self.bytes = 0
+        self._symlinks: set[str] = set()
+        self._regular: set[str] = set()
+
+    def _warn(self, name: str, why: str) -> None:
+        if len(self.skipped) <= SKIPPED_SHOWN:
+            click.echo("warning: skipped %s: %s" % (name, why), err=True)
+
+    def summary(self) -> None:
+        """How many skipped members were not named (default reporting)."""
+        if self.skip == self._warn and len(self.skipped) > SKIPPED_SHOWN:
+            click.echo("warning: skipped %d more member(s)" % (len(self.skipped) - SKIPPED_SHOWN), err=True)
+
+    def stream_limit(self) -> int:
+        return self.max_bytes + _TAR_OVERHEAD * (self.max_files + 1)
+
+    def _skip(self, name: str, why: str) -> None:
+        self.skipped.append((name, why))
+        self.skip(name, why)
+
+    def _dir_inside(self, path: str) -> bool:
+        parent = os.path.realpath(os.path.join(self.root, os.path.dirname(path)))
+        return parent == self.root or parent.startswith(self.root + os.sep)
+
+    def _why_not(self, member: tarfile.TarInfo, path: str | None) -> str | None:
+        if path is None:
+            return "its path is absolute or outside the directory"
+        below = path.split("/")
+        if any("/".join(below[:i]) in self._symlinks for i in range(1, len(below))):
+            return "it is below a symbolic link"
+        if not self._dir_inside(path):
+            return "its directory is outside %s" % self.local
+        if os.path.islink(os.path.join(self.root, path)) and not (member.issym() or member.islnk()):
+            return "it would be written through the symbolic link already at %s" % os.path.join(self.local, path)
+        if member.issym():
+            if not self.links:
+                return "a symbolic link (-> %s): use --links to keep links" % member.linkname
+            target = member.linkname
+            if not target or target.startswith("/") or ".." in target.split("/") or "\\" in target:
+                return "a symbolic link (-> %s) that is absolute or goes up" % target
+        elif member.islnk():
+            if not self.links:
+                return "a hard link (-> %s): use --links to keep links" % member.linkname
+            if _inside(member.linkname) not in self._regular:
+                return "a hard link (-> %s) to no file of this download" % member.linkname
+        elif not (member.isfile() or member.isdir()):
+            return "a special file (device, FIFO)"
+        return None
+
+    def extract(self, tf: tarfile.TarFile, member: tarfile.TarInfo) -> bool:
+        """Write one member (True), or skip it (False); TooLarge past a limit."""
+        self.members += 1
+        if self.members > self.max_files:
+            raise TooLarge("more than %d files (--max-files): stopped" % self.max_files)
+        path = _inside(member.name)
+        if path is None and member.isdir() and member.name.strip("/") in ("", "."):
+            return False  # the archive's own top directory ("./")
+        why = self._why_not(member, path)
+        if why:
+            self._skip(member.name, why)
+            return False
+        if member.isfile():
+            self.bytes += member.size
+            if self.bytes > self.max_bytes:
+                raise TooLarge("more than %s of files (--max-size): stopped at %s" % (
+                    megabytes(self.max_bytes), member.name))
+        member = member.replace(name=path, linkname=_inside(member.linkname) or member.linkname
+                                if member.islnk() else member.linkname, deep=False)
+        tf.extract(member, self.local, filter="data")
+        if member.issym():
+            self._symlinks.add(path)
+        elif member.isfile() or member.islnk():
+            self._regular.add(path)
+            self.files += 1
+        else:
+            self._symlinks.discard(path)
+        return True
+
+
+def download(api, namespace: str, pod: str, source: str, local: str, progress: Progress | None = None,
+             extractor: Extractor | None = None) -> Progress:
+    """Copy the directory ``source`` of the pod into ``local``: ``tar -c`` there, taken apart
+    by ``extractor`` (an Extractor with its defaults: no links, the size limits)."""
     progress = progress or Progress("downloaded")
     os.makedirs(local, exist_ok=True)
+    extractor = extractor or Extractor(local)
     command = ["tar", "-c", "-f", "-", "-C", source, "."]
     ex = Exec(api.exec_stream(namespace, pod, command), command)
-    receiver = _Receiver(ex, progress)
+    receiver = _Receiver(ex, progress, extractor.stream_limit())
     try:
         with tarfile.open(fileobj=receiver, mode="r|", bufsize=CHUNK) as tf:
             for member in tf:
-                tf.extract(member, local, filter="data")
-                if member.isfile():
+                if extractor.extract(tf, member) and member.isfile():
                     progress.files += 1
+    except TooLarge as exc:
+        _close(ex)
+        raise DevctlError(f"the download of {source} into {local} is too large: {exc}") from None
     except tarfile.ReadError as exc:
         if ex.result() != 0:
             raise ex.error("tar -c of %s" % source) from None
         raise DevctlError(f"the archive of {source} is not readable: {exc}") from None
     except (tarfile.FilterError, OSError) as exc:
         raise DevctlError(f"cannot write into {local}: {one_line(exc)}") from None
+    extractor.summary()
     if ex.result() != 0:
         raise ex.error("tar -c of %s" % source)
     progress.finish()
     return progress
+
+
+def _close(ex: Exec) -> None:
+    try:
+        ex.client.close()
+    except Exception:  # noqa: BLE001 - already closed
+        pass

@@ -87,3 +87,85 @@ def test_admin_onboard_github_user_puts_the_keys_on_the_devuser(github, sim, use
                      "--github-user", "nokeys"])
     assert result.exit_code == 1 and "has no public SSH keys" in result.stderr
     assert not users.exists(name)
+
+
+# -- issue 25.6: the keys that open a dev server come over TLS, bounded ----------------------------------
+class Hostile(http.server.BaseHTTPRequestHandler):
+    """Answers as a hostile or broken keys server would: a redirect to plain http elsewhere,
+    an answer of 4 MiB of valid keys, an answer dripped a line at a time for ever."""
+
+    def do_GET(self):  # noqa: N802 - the http.server API
+        if self.path.startswith("/redirect/"):
+            self.send_response(302)
+            self.send_header("Location", "http://keys.example.invalid/octo.keys")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        line = (KEYS["octo"][0] + "\n").encode()
+        try:
+            if self.path.startswith("/huge/"):
+                for _ in range((4 << 20) // len(line)):
+                    self.wfile.write(line)
+            elif self.path.startswith("/slow/"):
+                while not self.server.stopping.is_set():
+                    self.wfile.write(line)
+                    self.wfile.flush()
+                    self.server.stopping.wait(0.2)
+        except OSError:  # the client gave up: what the test expects
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hostile():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    server.stopping = threading.Event()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield "http://127.0.0.1:%d" % server.server_address[1]
+    server.stopping.set()
+    server.shutdown()
+
+
+@pytest.mark.parametrize("url, fragment", [
+    ("http://keys.example.invalid/{user}.keys", "over https:// only (http:// only from localhost)"),
+    ("http://10.0.0.1/{user}.keys", "over https:// only"),
+    ("ftp://example.com/{user}.keys", "over https:// only"),
+    ("file:///etc/{user}.keys", "over https:// only"),
+    ("{base}/redirect/{user}.keys", "redirects to http://keys.example.invalid/octo.keys: refused"),
+    ("{base}/huge/{user}.keys", "more than the 262144 bytes an SSH key list may be"),
+])
+def test_keys_only_over_https_and_bounded(hostile, monkeypatch, tmp_path, url, fragment):
+    monkeypatch.setenv("DEVCTL_GITHUB_KEYS_URL", url.replace("{base}", hostile))
+    result = invoke(["config", "set", "github-user", "octo"])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr
+    assert not (tmp_path / "devctl.yaml").exists()  # nothing stored
+
+
+def test_a_slow_keys_server_is_cut_at_the_timeout(hostile, monkeypatch):
+    from devctl.errors import DevctlError
+    from devctl.github import fetch_keys
+
+    monkeypatch.setenv("DEVCTL_GITHUB_KEYS_URL", hostile + "/slow/{user}.keys")
+    with pytest.raises(DevctlError, match=r"took more than 1s to answer"):
+        fetch_keys("octo", timeout=1.0)
+
+
+@pytest.mark.parametrize("url", ["https://github.com/{user}.keys", "https://ghe.example.com/api/{user}.keys",
+                                 "http://localhost:8080/{user}.keys", "http://127.0.0.1/{user}", "http://[::1]/{user}"])
+def test_https_and_this_machine_are_accepted(url):
+    from devctl.github import keys_url, url_problem
+
+    assert url_problem(keys_url("octo", {"github-keys-url": url})) is None
+
+
+def test_config_refuses_a_plain_http_keys_url(tmp_path):
+    result = invoke(["config", "set", "github-keys-url", "http://keys.example.com/{user}.keys"])
+    assert result.exit_code == 1 and "over https:// only" in result.stderr
+    assert not (tmp_path / "devctl.yaml").exists()
+    assert invoke(["config", "set", "github-keys-url", "https://ghe.example.com/{user}.keys"]).exit_code == 0
