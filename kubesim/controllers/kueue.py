@@ -18,9 +18,15 @@ StatefulSet or scaling it to 0 releases the quota; any other change of replicas 
 pod template recreates the Workload (queued again). A flavor is only assigned to a pod
 set whose nodeSelector agrees with its nodeLabels and whose tolerations cover its nodeTaints
 (kueue's flavor assigner; required node affinity is not looked at). Not modelled: cohorts, borrowing,
-preemption, admission checks, fair sharing, nodeSelector injection from the flavor's
-nodeLabels (a pod's nodeSelector is immutable here) and plain pods. batch/v1 Jobs:
-controllers/kueue_job.py (Finished Workloads hold no quota).
+preemption, admission checks, fair sharing and nodeSelector injection from the flavor's
+nodeLabels (a pod's nodeSelector is immutable here). batch/v1 Jobs: controllers/kueue_job.py
+(Finished Workloads hold no quota).
+
+Plain pods (kueue's pod integration, ``integrations.frameworks: [pod]``): a pod labelled
+`kueue.x-k8s.io/queue-name` itself and not controlled by a StatefulSet or a Job is gated at
+creation and is one Workload (`pod-<name>-<hash5>`, owned by the pod, one pod set of 1); its
+admission removes the gate; once the pod has ended (Succeeded, Failed) or is being deleted its
+Workload is deleted and its quota released (kueue marks it Finished; the quota is the same).
 """
 from __future__ import annotations
 
@@ -48,6 +54,28 @@ def workload_name(sts: Obj) -> str:
 
 def queue_name(sts: Obj) -> str | None:
     return (sts["metadata"].get("labels") or {}).get(kq.QUEUE_LABEL) or None
+
+
+FRAMEWORK_KINDS = ("StatefulSet", "Job")  # their pods are queued through their owner
+
+
+def plain_pod(pod: Obj) -> bool:
+    """A pod kueue's pod integration queues on its own: its own queue label, no StatefulSet or
+    Job controlling it."""
+    meta = pod.get("metadata") or {}
+    return bool(queue_name(pod)) and not any(
+        r.get("controller") and r.get("kind") in FRAMEWORK_KINDS for r in meta.get("ownerReferences") or [])
+
+
+def _pod_queued(pod: Obj) -> bool:
+    """A plain pod that still needs quota: not ended, not being deleted."""
+    return (plain_pod(pod) and not pod["metadata"].get("deletionTimestamp")
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+
+def pod_workload_name(pod: Obj) -> str:
+    suffix = safe_encode(pod["metadata"]["uid"].encode(), 5)
+    return f"pod-{pod['metadata']['name']}-{suffix}"[:253]
 
 
 def _pod_spec(wl: Obj) -> Obj | None:
@@ -88,6 +116,9 @@ class KueueController(Controller):
         if rt.key != "pods" or not kq.installed(self.api):
             return
         meta = pod.get("metadata") or {}
+        if plain_pod(pod):  # a new pod: no Workload yet, so never admitted
+            self._add_gate(pod)
+            return
         ref = next((r for r in meta.get("ownerReferences") or []
                     if r.get("kind") == "StatefulSet" and r.get("controller")), None)
         if ref is None:
@@ -105,6 +136,10 @@ class KueueController(Controller):
             wl = None
         if _admitted(wl):
             return
+        self._add_gate(pod)
+
+    @staticmethod
+    def _add_gate(pod: Obj) -> None:
         spec = pod.setdefault("spec", {})
         gates = list(spec.get("schedulingGates") or [])
         if not any(g.get("name") == kq.ADMISSION_GATE for g in gates):
@@ -119,8 +154,8 @@ class KueueController(Controller):
             return
         if resource == "pods":
             gates = (obj.get("spec") or {}).get("schedulingGates") or []
-            if event_type == "DELETED" or not any(g.get("name") == kq.ADMISSION_GATE
-                                                  for g in gates):
+            if not plain_pod(obj) and (event_type == "DELETED" or not any(
+                    g.get("name") == kq.ADMISSION_GATE for g in gates)):
                 return
         elif resource == STS:
             if not (queue_name(obj) or (old and queue_name(old))):
@@ -265,10 +300,13 @@ class KueueController(Controller):
             if (queue_name(sts) and not sts["metadata"].get("deletionTimestamp")
                     and (sts.get("spec") or {}).get("replicas", 1) > 0):
                 wanted[uid] = self._desired_workload(sts)
+        for pod in list_readonly(self.api, "pods"):
+            if _pod_queued(pod):
+                wanted[pod["metadata"]["uid"]] = self._desired_pod_workload(pod)
         seen: set[str] = set()
         for wl in list_readonly(self.api, kq.WORKLOADS):
             owner = next((r.get("uid") for r in wl["metadata"].get("ownerReferences") or []
-                          if r.get("kind") == "StatefulSet" and r.get("controller")), None)
+                          if r.get("kind") in ("StatefulSet", "Pod") and r.get("controller")), None)
             if owner is None:
                 continue  # created by someone else: just queued
             want = wanted.get(owner)
@@ -318,6 +356,20 @@ class KueueController(Controller):
                                         kq.JOB_UID_LABEL: sts["metadata"]["uid"]},
                              "annotations": {HASH_ANNOTATION: h},
                              "ownerReferences": [controller_ref(sts, "apps/v1", "StatefulSet")]},
+                "spec": wspec}
+
+    def _desired_pod_workload(self, pod: Obj) -> Obj:
+        """A plain pod's Workload: one pod set of one, the pod's spec (without its gates)."""
+        meta = pod["metadata"]
+        spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "schedulingGates"}
+        wspec: Obj = {"queueName": queue_name(pod), "priority": 0, "active": True,
+                      "podSets": [{"name": "main", "count": 1, "template": {
+                          "metadata": {"labels": dict(meta.get("labels") or {})}, "spec": spec}}]}
+        return {"apiVersion": kq.API_VERSION, "kind": "Workload",
+                "metadata": {"name": pod_workload_name(pod), "namespace": meta["namespace"],
+                             "labels": {kq.QUEUE_LABEL: queue_name(pod), kq.JOB_UID_LABEL: meta["uid"]},
+                             "annotations": {HASH_ANNOTATION: template_hash([wspec, ""])},
+                             "ownerReferences": [controller_ref(pod, "v1", "Pod")]},
                 "spec": wspec}
 
     # -- status writes --------------------------------------------------------------------
@@ -414,8 +466,8 @@ class KueueController(Controller):
         release |= {s["metadata"]["uid"] for s in list_readonly(self.api, STS)
                     if not queue_name(s)}
         for pod in gated:
-            owner = next((r.get("uid") for r in pod["metadata"].get("ownerReferences") or []
-                          if r.get("controller")), None)
+            owner = pod["metadata"]["uid"] if plain_pod(pod) else next(
+                (r.get("uid") for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
             if owner not in release:
                 continue
             new = dict(pod)

@@ -432,3 +432,76 @@ def test_assign_flavors_skips_flavors_the_pod_cannot_use():
     got, why = kq.assign_flavors(cq, need, {"h100": {"nvidia.com/gpu": Decimal(4)}}, flavors,
                                  {"nodeSelector": {"pool": "h100"}})
     assert got is None and "doesn't match node affinity" in why and "insufficient" in why
+
+
+# -- plain pods (kueue's pod integration) ---------------------------------------------------
+def plain_pod(sim, ns, name, gpus=2, queue="lq", owner=None):
+    meta = {"name": name, "namespace": ns, "labels": {kq.QUEUE_LABEL: queue} if queue else {}}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
+        "restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "busybox",
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
+                          "limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+    return create(sim, "pods", obj, ns)
+
+
+def pod_workload(sim, ns, name):
+    from kubesim.controllers.kueue import pod_workload_name
+    return get(sim, kq.WORKLOADS, ns, pod_workload_name(get(sim, "pods", ns, name)))
+
+
+def _pod_gated(sim, ns, name):
+    return get(sim, "pods", ns, name)["spec"].get("schedulingGates") == [{"name": kq.ADMISSION_GATE}]
+
+
+def _pod_phase(sim, ns, name):
+    return (get(sim, "pods", ns, name).get("status") or {}).get("phase")
+
+
+def test_plain_pod_queues_behind_full_quota_and_runs_when_it_frees(sim):
+    ns, cq, lq = setup_queue(sim, gpus=2)
+    statefulset(sim, ns, "holder", gpus=2)
+    sim.wait_for(lambda: running(sim, ns, "holder"), message="holder running")
+    # controlled by something that is not a StatefulSet or a Job (an EphemeralAccelerationJob in torchdev)
+    cm = create(sim, "configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job", "namespace": ns}},
+                ns)
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "job", "uid": cm["metadata"]["uid"], "controller": True}
+    plain_pod(sim, ns, "job-pod", gpus=1, owner=owner)
+    sim.wait_for(lambda: _pod_gated(sim, ns, "job-pod") and cond(pod_workload(sim, ns, "job-pod"), "QuotaReserved")
+                 and cond(pod_workload(sim, ns, "job-pod"), "QuotaReserved")["reason"] == "Pending",
+                 message="the pod gated, its Workload pending")
+    wl = pod_workload(sim, ns, "job-pod")
+    assert wl["spec"]["queueName"] == lq and wl["spec"]["podSets"][0]["count"] == 1
+    assert wl["metadata"]["ownerReferences"][0]["kind"] == "Pod"
+    assert "nvidia.com/gpu" in cond(wl, "QuotaReserved")["message"]
+    assert _pod_phase(sim, ns, "job-pod") == "Pending"
+
+    sim.call(sim.api.delete, "statefulsets.apps", ns, "holder")
+    sim.wait_for(lambda: not get(sim, "pods", ns, "job-pod")["spec"].get("schedulingGates")
+                 and _pod_phase(sim, ns, "job-pod") == "Running", message="the pod admitted and running")
+    assert cond(pod_workload(sim, ns, "job-pod"), "Admitted")["status"] == "True"
+
+
+def test_plain_pod_that_ended_releases_its_quota(sim):
+    ns, cq, _ = setup_queue(sim, gpus=1)
+    plain_pod(sim, ns, "first", gpus=1)
+    sim.wait_for(lambda: _pod_phase(sim, ns, "first") == "Running", message="first running")
+    plain_pod(sim, ns, "second", gpus=1)
+    sim.wait_for(lambda: _pod_gated(sim, ns, "second"), message="second gated")
+    sim.call(sim.api.delete, "pods", ns, "first")
+    sim.wait_for(lambda: _pod_phase(sim, ns, "second") == "Running", message="second running once first is gone")
+
+
+def test_pods_of_a_statefulset_or_unlabelled_are_not_plain_pods(sim):
+    from kubesim.controllers.kueue import plain_pod as is_plain
+    sts_ref = {"kind": "StatefulSet", "name": "s", "uid": "u", "controller": True}
+    assert is_plain({"metadata": {"labels": {kq.QUEUE_LABEL: "lq"}}})
+    assert not is_plain({"metadata": {"labels": {kq.QUEUE_LABEL: "lq"}, "ownerReferences": [sts_ref]}})
+    assert not is_plain({"metadata": {"labels": {kq.QUEUE_LABEL: "lq"},
+                                      "ownerReferences": [dict(sts_ref, kind="Job")]}})
+    assert not is_plain({"metadata": {"labels": {}}})
+    ns, _, _ = setup_queue(sim, gpus=0)
+    plain_pod(sim, ns, "unqueued", gpus=1, queue=None)
+    sim.wait_for(lambda: _pod_phase(sim, ns, "unqueued") == "Running", message="an unlabelled pod is not gated")
