@@ -85,6 +85,54 @@ def test_mark_unsafe():
     assert p["ansible_operator_meta"] == {"name": "alice", "namespace": "team-a"}
 
 
+def _u(s):
+    return {"__ansible_unsafe": s}
+
+
+HOSTILE = {
+    "apiVersion": "torchdev.io/v1alpha1", "kind": "DevServer",
+    "metadata": {"name": "bob", "namespace": "team-b", "generation": 3, "deletionTimestamp": "2026-01-01T00:00:00Z",
+                 "finalizers": ["torchdev.io/finalizer"], "annotations": {"a": "{{ x }}"}},
+    "spec": {"image": "{{ lookup('pipe', 'id') }}", "gpuCount": 1, "debug": True, "ratio": 0.5, "none": None,
+             "env": [{"name": "A", "value": "{% if 1 %}x{% endif %}"}], "args": ["{# c #}", 7],
+             "ncclSettings": {"NCCL_DEBUG": "{{ y }}"}, "empty": [], "emptyMap": {}},
+}
+
+
+def test_mark_unsafe_wraps_what_ansible_operator_wraps():
+    """runner.go makeParameters with markUnsafe: every string of the (snake-cased) spec
+    parameters, of _<group>_<kind> and of _<group>_<kind>_spec becomes {"__ansible_unsafe": s}
+    (lists and maps recursed, map keys and other scalars as they are); ansible_operator_meta,
+    the watch's vars and the finalizer's vars (operator-controlled) are not wrapped."""
+    w = watch(mark_unsafe=True, vars={"state": "{{ trusted }}", "n": 1},
+              finalizer=Finalizer(name="torchdev.io/finalizer", vars={"fin": "{{ trusted }}"}))
+    spec_u = {"image": _u("{{ lookup('pipe', 'id') }}"), "gpuCount": 1, "debug": True, "ratio": 0.5, "none": None,
+              "env": [{"name": _u("A"), "value": _u("{% if 1 %}x{% endif %}")}], "args": [_u("{# c #}"), 7],
+              "ncclSettings": {"NCCL_DEBUG": _u("{{ y }}")}, "empty": [], "emptyMap": {}}
+    md = HOSTILE["metadata"]
+    assert make_parameters(w, HOSTILE) == {
+        "image": spec_u["image"], "gpu_count": 1, "debug": True, "ratio": 0.5, "none": None,
+        "env": spec_u["env"], "args": spec_u["args"], "nccl_settings": {"_nccl_debug": _u("{{ y }}")},
+        "empty": [], "empty_map": {},
+        "ansible_operator_meta": {"name": "bob", "namespace": "team-b"},
+        "_torchdev_io_devserver": {
+            "apiVersion": _u("torchdev.io/v1alpha1"), "kind": _u("DevServer"),
+            "metadata": {"name": _u("bob"), "namespace": _u("team-b"), "generation": 3,
+                         "deletionTimestamp": _u(md["deletionTimestamp"]), "finalizers": [_u("torchdev.io/finalizer")],
+                         "annotations": {"a": _u("{{ x }}")}},
+            "spec": spec_u},
+        "_torchdev_io_devserver_spec": spec_u,
+        "state": "{{ trusted }}", "n": 1, "fin": "{{ trusted }}"}
+
+
+def test_mark_unsafe_is_off_by_default_as_in_ansible_operator():
+    """A watch without markUnsafe (ansible-operator's default, false) passes strings as they are:
+    why every watch of watches.yaml sets it (tests/security/test_template_injection.py)."""
+    p = make_parameters(watch(), HOSTILE)
+    assert p["image"] == HOSTILE["spec"]["image"]
+    assert p["_torchdev_io_devserver"] == HOSTILE
+
+
 def test_is_finalizer_run():
     w = watch(finalizer=FIN)
     assert is_finalizer_run(w, DELETED)
