@@ -115,9 +115,18 @@ def checkpoint_claim(spec, name):
 def _bad_segment(path):
     """The first ``.``, ``..`` or empty segment of a /-separated path (or a backslash), else None."""
     for segment in str(path).split("/"):
-        if segment in ("", ".", "..") or "\\" in segment:
-            return segment or "an empty segment (//)"
+        if "\\" in segment:
+            return "a backslash"
+        if segment in ("", ".", ".."):
+            return "a %r segment" % segment if segment else "an empty segment (//)"
     return None
+
+
+def _checkpoint_parts(spec):
+    """(spec.checkpoint, its storage) over the defaults; (None, None) when either is not an object."""
+    ckpt = normalize(spec).get("checkpoint") if isinstance(spec, dict) else None
+    storage = ckpt.get("storage") if isinstance(ckpt, dict) else None
+    return (ckpt, storage) if isinstance(storage, dict) else (None, None)
 
 
 def s3_prefix(spec, name, namespace):
@@ -125,10 +134,12 @@ def s3_prefix(spec, name, namespace):
 
     spec.checkpoint.storage.s3Prefix without its leading and trailing slashes, with
     ``<namespace>/`` put in front unless it already starts with it (``<namespace>/<name>``
-    when empty, ``<namespace>`` for "/"): one user cannot point a job at (and rotate away) another namespace's
-    checkpoints.  "" when the prefix has a ``.``, ``..`` or empty segment (s3_prefix_problem
-    names it)."""
-    storage = normalize(spec)["checkpoint"]["storage"]
+    when empty, ``<namespace>`` for "/"): one user cannot point a job at (and rotate away)
+    another namespace's checkpoints.  "" when the prefix has a ``.``, ``..`` or empty segment
+    (checkpoint_problem names it)."""
+    _, storage = _checkpoint_parts(spec)
+    if storage is None:
+        return ""
     namespace = str(namespace)
     raw = storage.get("s3Prefix")
     if raw is None or raw == "":
@@ -150,8 +161,9 @@ def checkpoint_problem(spec, namespace):
     volume, or None: s3Prefix with a ``.``, ``..`` or empty segment; resumeFrom that is an
     s3:// URL whose key is not under ``<namespace>/``, or a path that is not absolute, has such
     a segment, or is not inside the checkpoint volume (storage.mountPath)."""
-    ckpt = normalize(spec)["checkpoint"]
-    storage = ckpt.get("storage") or {}
+    ckpt, storage = _checkpoint_parts(spec)
+    if storage is None:
+        return "spec.checkpoint.storage: must be an object"
     namespace = str(namespace)
     raw = storage.get("s3Prefix")
     if raw is not None and not isinstance(raw, str):

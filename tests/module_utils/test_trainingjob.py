@@ -207,3 +207,12 @@ def test_keep_live_template(live, image, kept):
 @pytest.mark.parametrize("annotations,attempt", [({}, None), ({"torchdev.io/attempt": "2"}, 2), ({"torchdev.io/attempt": "x"}, None)])
 def test_attempt_of(annotations, attempt):
     assert tj.attempt_of({"metadata": {"annotations": annotations}}) == attempt
+
+
+@pytest.mark.parametrize("checkpoint", [None, "x", {"storage": "x"}, {"storage": None}, {"storage": []},
+                                        {"resumeFrom": {"a": 1}, "storage": {"type": "s3", "s3Prefix": ["a"]}}])
+def test_checkpoint_places_of_hostile_shapes_never_raise(checkpoint):
+    spec = _spec(checkpoint=checkpoint)
+    problem = tj.checkpoint_problem(spec, "dev-alice")
+    assert problem is None or problem.startswith("spec.checkpoint"), problem
+    assert tj.s3_prefix(spec, "job", "dev-alice") in ("", "dev-alice/job")
