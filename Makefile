@@ -34,7 +34,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # cores shorten the run; 1 runs the files one after another.
 TEST_WORKERS ?= 4
 
-.PHONY: help setup demo test soak molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
+.PHONY: help setup deps demo test soak molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
 	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
@@ -52,7 +52,10 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-test: setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e, small reliability runs; TEST_WORKERS files at a time), molecule, lint
+deps: ## The Debian packages some tests run (openssh-server, prometheus): installed as root with apt, else one line naming the command
+	@bash hack/deps.sh
+
+test: deps setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e, small reliability runs; TEST_WORKERS files at a time), molecule, lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak"
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint

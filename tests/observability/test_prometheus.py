@@ -3,7 +3,7 @@ Prometheus on a loopback port scrapes it with the shipped rules (config/promethe
 and the test reads the recording rules' results from Prometheus's HTTP API; promtool checks
 and unit-tests the rules; every PromQL expression of the Grafana dashboard is accepted.
 
-Needs Debian's `prometheus` package (prometheus and promtool; `.ci/run` installs it).
+Needs Debian's `prometheus` package (prometheus and promtool; `make deps`, which `make test` runs, installs it).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def tool(name):
     found = shutil.which(name)
     if not found:
         pytest.fail(f"{name} not found: this test runs a real Prometheus (Debian: apt-get install prometheus; "
-                    ".ci/run installs it)", pytrace=False)
+                    "make deps installs it)", pytrace=False)
     return found
 
 

@@ -11,7 +11,7 @@ works (the session wrapper is sshd's ForceCommand); and no file on the home volu
 value that came from a Secret.
 
 Needs ``sshd``, ``ssh``, ``ssh-keygen`` and ``sftp`` (Debian: ``apt-get install
-openssh-server``; ``.ci/run`` installs it). Run as root (CI), the session logs in as root
+openssh-server``; ``make deps``, which ``make test`` runs, installs it). Run as root (CI), the session logs in as root
 through an extra ``-o PermitRootLogin=prohibit-password``; as another user, as that user.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _which(name: str) -> str:
     found = shutil.which(name)
     if not found:
         pytest.fail(f"{name} not found: this test runs the real OpenSSH server "
-                    "(Debian: apt-get install openssh-server; .ci/run installs it)", pytrace=False)
+                    "(Debian: apt-get install openssh-server; make deps installs it)", pytrace=False)
     return found
 
 
