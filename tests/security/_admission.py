@@ -31,7 +31,7 @@ class Request:
     namespace: str
     namespace_labels: dict[str, str]
     username: str
-    groups: tuple[str, ...] = ("system:authenticated",)
+    groups: tuple[str, ...] | None = ("system:authenticated",)  # None: no groups at all (the key left out)
 
 
 def _eval(expression: str, activation: dict[str, Any]) -> Any:
@@ -70,11 +70,14 @@ class Admission:
             spec = self.policies[binding["spec"]["policyName"]]["spec"]
             if not _rule_matches(spec["matchConstraints"]["resourceRules"], request):
                 continue
+            user_info: dict[str, Any] = {"username": request.username}
+            if request.groups is not None:
+                user_info["groups"] = list(request.groups)
             activation = {
                 "object": _to_cel(obj), "oldObject": _to_cel(old),
                 "request": _to_cel({"operation": request.operation, "namespace": request.namespace,
                                     "resource": {"group": "", "version": "v1", "resource": request.resource},
-                                    "userInfo": {"username": request.username, "groups": list(request.groups)}}),
+                                    "userInfo": user_info}),
             }
             conditions = [_eval(c["expression"], activation) for c in spec.get("matchConditions") or []]
             if any(isinstance(c, celpy.CELEvalError) for c in conditions):

@@ -169,6 +169,9 @@ def test_the_operator_and_the_cluster_are_not_confined(admission, jane):
     trainer = "system:serviceaccount:%s:my-job-trainer" % namespace
     assert admission.review(Request("CREATE", "pods", namespace, labels, trainer, ("system:serviceaccounts",)),
                             gpu_pod)
+    # ... and so is a requester without any group (the policies' conditions do not fail on it)
+    denials = admission.review(Request("CREATE", "pods", namespace, labels, "jane@example.com", None), gpu_pod)
+    assert denials and not any("error" in d for d in denials), denials
     # ... and another namespace (no torchdev.io/user label) is not ours to police
     assert admission.review(Request("CREATE", "pods", "ml-platform", {"kubernetes.io/metadata.name": "ml-platform"},
                                     "someone"), gpu_pod) == []
