@@ -30,6 +30,7 @@ class FilterModule(object):
             "trainingjob_keep_suspend": trainingjob.keep_suspend,
             "trainingjob_keep_live_template": trainingjob.keep_live_template,
             "trainingjob_decide": trainingjob_status.decide,
+            "trainingjob_ledger_patch": trainingjob_status.ledger_patch,
             "trainingjob_status": trainingjob_status.status,
             "trainingjob_rejected_status": trainingjob_status.rejected_status,
             "trainingjob_requeue": trainingjob_status.requeue,

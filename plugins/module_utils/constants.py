@@ -116,6 +116,11 @@ def as_dict():
 TRAININGJOB_LABEL = API_GROUP + "/trainingjob"
 # On the Job: the attempt (status.restartCount when it was created).
 TRAINING_ATTEMPT_ANNOTATION = API_GROUP + "/attempt"
+# On a TrainingJob: the operator's own record of the run (JSON: state, restartCount, startTime,
+# lastRestartTime, lastRestartReason, completionTime, reason), what decides its phase, restarts
+# and deadline.  Not in the status: the trainer token may patch the status (the library's
+# progress), never the object's metadata (module_utils/trainingjob_status.py ledger).
+TRAINING_RUN_ANNOTATION = API_GROUP + "/run"
 # The training code's status writes (the torchdev_train library); the operator's are FIELD_MANAGER.
 TRAINING_FIELD_MANAGER = "torchdev-train"
 TRAINING_LIB_DIR = "/opt/torchdev/lib"

@@ -33,6 +33,15 @@ fields.  The lifecycle:
 
 ``status(tj, decision, job, queue)`` is the status the operator writes: only its own fields
 (never the library's: TRAINING_LIBRARY_STATUS_FIELDS, field manager torchdev-train).
+
+What decides the phase, the restarts and the deadline is never read back from the status: the
+trainer token (the library's identity) may patch any field of the status subresource, so a
+forged ``state: Completed``, ``restartCount: 0`` or ``startTime`` in the future would stop,
+restart for ever or never time out the run.  The operator keeps its record of the run in the
+annotation TRAINING_RUN_ANNOTATION (``ledger``: metadata, which a status patch cannot change),
+writes it when it changes (``ledger_patch``, before the Job is created) and shows the same
+values in the status for people and tools.  The library's ``result.reason`` is only a name for a
+completion the Job itself reports (one of the documented reasons, else JobComplete).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -41,8 +50,11 @@ __metaclass__ = type
 
 from datetime import datetime, timedelta
 
+import json
+
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
-    TRAINING_LIBRARY_STATUS_FIELDS, TRAINING_PERMANENT_EXIT_CODES)
+    TRAINING_LIBRARY_STATUS_FIELDS, TRAINING_PERMANENT_EXIT_CODES, TRAINING_RUN_ANNOTATION, TRAININGJOB_REASONS,
+    TRAININGJOB_STATES)
 from ansible_collections.torchdev.operator.plugins.module_utils.kueue import queue_problem
 from ansible_collections.torchdev.operator.plugins.module_utils.trainingjob import attempt_of, normalize
 
@@ -139,6 +151,72 @@ def image_pull_failure(job, pods):
     return None
 
 
+# --------------------------------------------------------------------------- the operator's record
+LEDGER_TIMES = ("startTime", "lastRestartTime", "completionTime")
+LEDGER_MAX = 4096  # characters of the annotation read; longer is no record the operator wrote
+RESTARTS_MAX = 1000
+
+
+def ledger(tj):
+    """The operator's record of the run (TRAINING_RUN_ANNOTATION): {state, restartCount,
+    startTime, lastRestartTime, lastRestartReason, completionTime, reason}, each value checked
+    (a state of TRAININGJOB_STATES, a count 0..1000, RFC 3339 times, text of at most
+    MESSAGE_LIMIT) and dropped when it is not.  No annotation: a TrainingJob the operator has
+    not recorded yet, read from its status once (an object of an earlier version; a new one
+    has no status either, and the record is written before its Job exists).  Never raises."""
+    tj = tj if isinstance(tj, dict) else {}
+    meta = tj.get("metadata") if isinstance(tj.get("metadata"), dict) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    raw = annotations.get(TRAINING_RUN_ANNOTATION)
+    if raw is None:
+        source = tj.get("status") if isinstance(tj.get("status"), dict) else {}
+        source = dict(source, reason=source.get("failureReason"))
+    else:
+        try:
+            source = json.loads(raw) if isinstance(raw, str) and len(raw) <= LEDGER_MAX else {}
+        except ValueError:
+            source = {}
+        source = source if isinstance(source, dict) else {}
+    out = {}
+    if source.get("state") in TRAININGJOB_STATES:
+        out["state"] = source["state"]
+    count = source.get("restartCount")
+    if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= RESTARTS_MAX:
+        out["restartCount"] = count
+    for key in LEDGER_TIMES:
+        if isinstance(source.get(key), str) and _time(source[key]) is not None:
+            out[key] = source[key][:32]
+    for key in ("lastRestartReason", "reason"):
+        if isinstance(source.get(key), str) and source[key]:
+            out[key] = source[key][:MESSAGE_LIMIT]
+    return out
+
+
+def ledger_of(decision):
+    """The record a decision leaves (what ``ledger`` reads back on the next reconcile)."""
+    d = decision or {}
+    final = d.get("state") in FINAL
+    record = {"state": d.get("state"), "restartCount": int(d.get("restartCount") or 0),
+              "startTime": d.get("startTime"), "lastRestartTime": d.get("lastRestartTime"),
+              "lastRestartReason": d.get("lastRestartReason"),
+              "completionTime": d.get("completionTime") if final else None,
+              "reason": d.get("reason") if final else None}
+    return {k: v for k, v in record.items() if v not in (None, "")}
+
+
+def ledger_patch(tj, decision):
+    """A merge patch of the TrainingJob that records ``decision`` (its annotation), or {} when
+    the annotation already says that (an unchanged run writes nothing)."""
+    tj = tj or {}
+    meta = tj.get("metadata") or {}
+    text = json.dumps(ledger_of(decision), sort_keys=True, separators=(",", ":"))
+    if (meta.get("annotations") or {}).get(TRAINING_RUN_ANNOTATION) == text:
+        return {}
+    return {"apiVersion": tj.get("apiVersion"), "kind": tj.get("kind"),
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "annotations": {TRAINING_RUN_ANNOTATION: text}}}
+
+
 # --------------------------------------------------------------------------- decide
 def _sooner(current, seconds):
     return seconds if current is None else min(current, seconds)
@@ -169,19 +247,22 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
     """
     tj = tj or {}
     spec = normalize(tj.get("spec"))
-    st = dict(tj.get("status") or {})
+    st = dict(tj.get("status") or {})  # the library's fields only (result); never what decides
+    rec = ledger(tj)
     now_s = now or _fmt(datetime.utcnow())
     t = _time(now_s)
     policy = spec["failurePolicy"]
-    restarts = int(st.get("restartCount") or 0)
+    job_attempt = attempt_of(job)
+    # a Job of an attempt after the record's (an earlier version recorded nothing) counts
+    restarts = max(rec.get("restartCount", 0), job_attempt or 0)
     out = {
-        "run": False, "state": st.get("state") or "Pending", "reason": "", "message": "",
-        "restartCount": restarts, "lastRestartTime": st.get("lastRestartTime"),
-        "lastRestartReason": st.get("lastRestartReason"), "startTime": st.get("startTime"),
-        "completionTime": st.get("completionTime"), "failureReason": st.get("failureReason"),
+        "run": False, "state": rec.get("state") or "Pending", "reason": "", "message": "",
+        "restartCount": restarts, "lastRestartTime": rec.get("lastRestartTime"),
+        "lastRestartReason": rec.get("lastRestartReason"), "startTime": rec.get("startTime"),
+        "completionTime": rec.get("completionTime"),
+        "failureReason": rec.get("reason") if rec.get("state") == "Failed" else None,
         "requeue": None, "attempt": restarts,
     }
-    job_attempt = attempt_of(job)
     current = job if job and (job_attempt is None or job_attempt == restarts) else None
     job_st = (current or {}).get("status") or {}
     if not out["startTime"] and job_st.get("startTime"):
@@ -199,8 +280,9 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
     # restart -- must not rewrite them).
     if out["state"] in FINAL:
         ended = _condition(tj, "Succeeded" if out["state"] == "Completed" else "Failed") or {}
-        out.update(run=current is not None, reason=ended.get("reason") or st.get("failureReason") or "",
-                   message=ended.get("message") or "")
+        reason = rec.get("reason") or ("JobComplete" if out["state"] == "Completed" else "Failed")
+        out.update(run=current is not None, reason=reason,
+                   message=ended.get("message") if ended.get("reason") == reason else "")
         return out
 
     deadline = policy.get("activeDeadlineSeconds")
@@ -219,9 +301,12 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
 
     if current is not None:
         if _condition(current, "Complete"):
-            result = (st.get("result") or {})
-            return final("Completed", result.get("reason") or "JobComplete",
-                         result.get("message") or "all %d workers succeeded" % spec["numWorkers"], True)
+            # the Job says the run completed; the library may only name how (a documented reason)
+            result = st.get("result") if isinstance(st.get("result"), dict) else {}
+            reason = result.get("reason") if result.get("reason") in TRAININGJOB_REASONS["Succeeded"] else "JobComplete"
+            message = result.get("message") if isinstance(result.get("message"), str) and result.get("message") \
+                else "all %d workers succeeded" % spec["numWorkers"]
+            return final("Completed", reason, message, True)
         failed = _condition(current, "Failed")
         if failed:
             if failed.get("reason") == "DeadlineExceeded":

@@ -258,8 +258,8 @@ class _Role:
     # -- sources ----------------------------------------------------------------------------
     def sources(self, value: Any, seen: frozenset[str] = frozenset()) -> set[Source]:
         if isinstance(value, dict):
-            if "kind" in value and "apiVersion" in value:
-                return {self._source("template", value["apiVersion"], value["kind"])}
+            if "kind" in value and "apiVersion" in value:  # a definition written in the task
+                return {self._source("template", self.const(value["apiVersion"]), self.const(value["kind"]))}
             return set().union(*(self.sources(v, seen) for v in value.values())) if value else set()
         if isinstance(value, list):
             return set().union(*(self.sources(v, seen) for v in value)) if value else set()

@@ -38,10 +38,11 @@ class StatusWriter:
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         self.server = (server or os.environ.get("TORCHDEV_API_SERVER")
                        or ("https://%s:%s" % (host, os.environ.get("KUBERNETES_SERVICE_PORT", "443")) if host else ""))
+        # A token given (argument, TORCHDEV_API_TOKEN) is used as is; else the token file is read
+        # at each write: the kubelet renews it (rank 0's is a copy the token-relay sidecar keeps
+        # fresh), and the other ranks have none (they never write).
         self.token = token or os.environ.get("TORCHDEV_API_TOKEN")
-        if self.token is None and os.path.exists(os.path.join(SA_DIR, "token")):
-            with open(os.path.join(SA_DIR, "token")) as f:
-                self.token = f.read().strip()
+        self.token_file = None if self.token else os.path.join(SA_DIR, "token")
         self.ctx = None
         if self.server.startswith("https://"):
             ca = os.path.join(SA_DIR, "ca.crt")
@@ -93,8 +94,12 @@ class StatusWriter:
             self.server.rstrip("/"), self.api_version, self.namespace, self.name, self.field_manager)
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH",
                                      headers={"Content-Type": "application/apply-patch+yaml"})
-        if self.token:
-            req.add_header("Authorization", "Bearer " + self.token)
+        token = self.token
+        if token is None and self.token_file and os.path.exists(self.token_file):
+            with open(self.token_file) as f:
+                token = f.read().strip()
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
         try:
             with urllib.request.urlopen(req, timeout=10, context=self.ctx) as resp:
                 resp.read()
