@@ -99,7 +99,7 @@ def duration(start, end):
 
 def backoff(restarts, base=10):
     """Seconds before the ``restarts``-th group restart: base, 2*base, 4*base, ... at most 300."""
-    restarts = max(int(restarts), 1)
+    restarts = min(max(int(restarts), 1), 64)  # beyond 2^63 the cap has long been reached
     return min(float(base) * 2 ** (restarts - 1), MAX_BACKOFF)
 
 

@@ -140,3 +140,10 @@ def test_a_hostile_record_never_raises(raw):
     assert set(got) <= {"state", "restartCount", "startTime", "lastRestartTime", "lastRestartReason",
                         "completionTime", "reason"}
     ts.decide(obj, None, [], NOW, 10, 10)
+
+
+@pytest.mark.parametrize("restarts", [0, 1, 9, 64, 1000, 10 ** 30])
+def test_the_back_off_is_bounded_for_any_count(restarts):
+    """Before, a forged restartCount of 10**30 computed 2 ** (10**30 - 1) in backoff(): the
+    reconcile hung."""
+    assert 10 <= ts.backoff(restarts, 10) <= ts.MAX_BACKOFF
