@@ -1,7 +1,8 @@
-"""``devctl usage``: what my reservations used, from the UsageRecords the operator writes when a
-reservation ends (docs/api.md "UsageRecord"): per user and per flavor, the reservations
-launched, how they ended, early cancellations, the mean wait, GPU-hours, cost and the GPU-hours
-idle shutdown saved. The aggregation is module_utils/usage.py ``usage_summary``.
+"""``devctl usage``: what my reservations used, from the UsageRecords the operator writes (docs/api.md
+"UsageRecord"): per user and per flavor, the reservations launched, how they ended, early
+cancellations, the mean wait, GPU-hours, cost and the GPU-hours idle shutdown saved. The
+aggregation is module_utils/usage.py ``usage_summary``: the record of a reservation still
+running (open) is counted apart (``running``), not summed.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def report(records: list[dict], *, since: str | None, user: str | None, namespac
     """The machine-readable report (``-o json|yaml``)."""
     summary = usage_summary(records, since=since, user=user)
     return {"namespace": namespace, "user": user, "since": since, "records": summary["records"],
+            "running": summary["running"],
             "byUser": [_row(r, "user") for r in summary["byUser"]],
             "byFlavor": [_row(r, "flavor") for r in summary["byFlavor"]],
             "total": _row(summary["total"], None)}
@@ -87,13 +89,16 @@ def usage(settings: Settings, user: str | None, all_: bool, since: float, output
     GPU-hours, cost and the GPU-hours idle shutdown saved, per user and per flavor.
 
     Reads the UsageRecords of your namespace (-n, --user's, or --all), kept by the operator for
-    its retention (90 days by default) after each reservation ends.
+    its retention (90 days by default) after each reservation ends. Reservations still running
+    (open records) are counted apart and summed once they end.
     """
     namespace = None if all_ else settings.namespace(user)
     start = None
     if since > 0:
         start = (now() - timedelta(seconds=since)).strftime("%Y-%m-%dT%H:%M:%SZ")
     data = report(settings.api.list_usagerecords(namespace), since=start, user=user, namespace=namespace)
+    if data["running"]:
+        info(f"{data['running']} reservation(s) still running: counted when they end.")
     if not data["records"]:  # like kubectl: the note on stderr, the (empty) report on stdout
         where = "any namespace" if all_ else f'namespace "{namespace}"'
         info(f"No usage records in {where}" + (f" since {start}." if start else "."))

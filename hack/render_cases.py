@@ -151,11 +151,15 @@ def usage_cases() -> dict[str, dict]:
     deleted["metadata"]["deletionTimestamp"] = _ago(60)
     deleted["status"] = {"reservation": _reservation(1800, None, None)}
     cases["deleted"] = {"cr": deleted, "flavor": gpu}
-    # The record exists already (observe.yml read it): nothing to write.
+    # A reservation under way: its record is open (no end, no totals yet).
+    running = _devserver(standalone, "used-running")
+    running["status"] = {"reservation": _reservation(1800, None, None, 4 * 3600)}
+    cases["running"] = {"cr": running, "flavor": gpu, "reservation": running["status"]["reservation"]}
+    # The record exists already, closed (observe.yml read it): nothing to write.
     written = copy.deepcopy(cases["cancelled"])
     written["observed"] = {"apiVersion": API_VERSION, "kind": "UsageRecord", "metadata": {
         "name": record_name(written["cr"]["metadata"]["name"], written["reservation"]["startedAt"]),
-        "namespace": NAMESPACE}}
+        "namespace": NAMESPACE}, "spec": {"endedAt": written["reservation"]["endedAt"]}}
     cases["written"] = written
     return cases
 

@@ -206,7 +206,7 @@ def test_rule_inventory():
     fl = {p: rs for (k, p), rs in by_path.items() if k == "DevServerFlavor"}
     assert any("compareTo" in r and ">= 0" in r for r in fl["spec.resources"])
     ur = {p: rs for (k, p), rs in by_path.items() if k == "UsageRecord"}
-    assert "self == oldSelf" in ur["spec"]  # written once
+    assert "!has(oldSelf.endedAt) || self == oldSelf" in ur["spec"]  # written once it ended (issue 25.5: open before)
     assert any("matches" in r for r in ur["spec.user"])
 
 
@@ -529,10 +529,46 @@ def test_invalid_usage_records(models, ApiError, mutation, field, text):
 
 def test_usage_record_without_required_fields_is_rejected(models, ApiError):
     obj = usage_record()
-    del obj["spec"]["endedAt"], obj["spec"]["cost"]
+    del obj["spec"]["startedAt"], obj["spec"]["user"]
     with pytest.raises(ApiError) as ei:
         models["UsageRecord"].admit(obj)
-    assert "spec.endedAt" in ei.value.message and "spec.cost" in ei.value.message
+    assert "spec.startedAt" in ei.value.message and "spec.user" in ei.value.message
+    half_closed = usage_record()
+    del half_closed["spec"]["cost"]  # a closed record (endedAt) has all its totals
+    with pytest.raises(ApiError) as ei:
+        models["UsageRecord"].admit(half_closed)
+    assert "spec.endedAt" in ei.value.message and "cost" in ei.value.message
+
+
+CLOSING_FIELDS = ("endedAt", "endReason", "gpuHours", "cost", "idleSavedGPUHours")
+
+
+def test_an_open_usage_record_is_closed_once(models, ApiError):
+    """Issue 25.5: a record is open (no endedAt and totals) while its reservation runs; the
+    operator may update it (an extension) and close it; closed, it is immutable."""
+    closed = usage_record()
+    opened = copy.deepcopy(closed)
+    for field in CLOSING_FIELDS:
+        del opened["spec"][field]
+    old = models["UsageRecord"].admit(opened)
+    extended = copy.deepcopy(old)
+    extended["spec"]["expiresAt"] = "2026-11-24T23:00:00Z"
+    old = models["UsageRecord"].admit(extended, old=copy.deepcopy(old))
+    for field in ("server", "startedAt", "user"):  # who and which reservation never change
+        moved = copy.deepcopy(old)
+        moved["spec"][field] = {"server": "other", "startedAt": "2026-11-24T11:00:00Z", "user": "x@example.com"}[field]
+        with pytest.raises(ApiError) as ei:
+            models["UsageRecord"].admit(moved, old=copy.deepcopy(old))
+        assert "immutable" in ei.value.message, field
+    done = copy.deepcopy(old)
+    done["spec"].update({field: closed["spec"][field] for field in CLOSING_FIELDS})
+    old = models["UsageRecord"].admit(done, old=copy.deepcopy(old))
+    reopened = copy.deepcopy(old)
+    for field in CLOSING_FIELDS:
+        del reopened["spec"][field]
+    with pytest.raises(ApiError) as ei:
+        models["UsageRecord"].admit(reopened, old=copy.deepcopy(old))
+    assert "spec is immutable" in ei.value.message
 
 
 def test_usage_record_spec_is_immutable(models, ApiError):

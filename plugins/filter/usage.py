@@ -20,4 +20,5 @@ class FilterModule(object):
             "usage_labels": labels.usage_labels,
             "usage_prune": usage.usage_prune,
             "usage_prune_due": usage.usage_prune_due,
+            "usage_write_needed": usage.usage_write_needed,
         })

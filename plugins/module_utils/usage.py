@@ -1,13 +1,17 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0
-"""Usage records: what one ended reservation of a DevServer used (the UsageRecord kind), when a
+"""Usage records: what one reservation of a DevServer used (the UsageRecord kind), when a
 record is pruned, and the per-user / per-flavor summary of many records (devctl usage).
 
-A record is written once by the devserver role when a reservation ends (status.reservation
-endReason: Expired, Cancelled, Idle, Stopped) or when the DevServer is deleted during one
-(Deleted, the finalizer torchdev.io/devserver-usage), and deleted by the DevUser role of its namespace once
-its retention has passed (usage_prune).  Its name is ``<server>-<startedAt as Unix seconds>``: a repeated
-reconcile finds the record it would write and writes nothing.
+A record is opened by the devserver role when a reservation starts (no spec.endedAt yet: who,
+which server and flavor, GPUs, price, start and expected end) and closed once when it ends
+(status.reservation endReason: Expired, Cancelled, Idle, Stopped) or when the DevServer is
+deleted during one (Deleted, the finalizer torchdev.io/devserver-usage).  A user may remove that
+finalizer (they may patch their DevServers): a record still open whose DevServer is gone is
+closed by the DevUser role of its namespace (usage_prune: endReason Deleted), so what a server
+used never depends on the finalizer.  The DevUser role also deletes a closed record once its
+retention has passed.  Its name is ``<server>-<startedAt as Unix seconds>``: a repeated
+reconcile finds the record it would write and writes nothing (usage_write_needed).
 
 Money and hours are decimal strings with 4 places ("12.1200"): exact sums, no floats in the
 API.  Times are RFC 3339 UTC strings with second precision.  docs/api.md "UsageRecord".
@@ -22,7 +26,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from ansible_collections.torchdev.operator.plugins.module_utils.durations import parse_retention
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
-    _seconds, _time, format_time, parse_time, spec_replicas)
+    _seconds, _time, format_time, parse_time, reservation_active, spec_replicas)
 
 # status.reservation.endReason (lifecycle.py, STOP_REASONS) and Deleted (the finalizer).
 END_REASONS = ("Expired", "Cancelled", "Idle", "Stopped", "Deleted")
@@ -76,10 +80,23 @@ def ended_reservation(cr, reservation=None):
     return None
 
 
+def close_spec(spec, ended_at, reason, saved_seconds=0):
+    """The ``spec`` of an open record closed at ``ended_at`` (not before its startedAt) with
+    endReason ``reason``: GPU-hours (gpus x hours), cost (pricePerHour x replicas x hours) and
+    the GPU-hours an idle shutdown saved (``saved_seconds``)."""
+    started = _seconds(spec["startedAt"])
+    ended = max(started, _seconds(ended_at))
+    hours = _hours(ended - started)
+    gpus, replicas, price = int(spec.get("gpus") or 0), int(spec.get("replicas") or 0), decimal(spec.get("pricePerHour"))
+    return dict(spec, endedAt=_time(ended), endReason=reason, gpuHours=str(decimal(hours * gpus)),
+                cost=str(decimal(hours * price * replicas)), idleSavedGPUHours=str(decimal(_hours(saved_seconds) * gpus)))
+
+
 def usage_spec(cr, reservation, flavor_spec, user=None):
-    """The spec of the record of an ended ``reservation`` of the DevServer ``cr`` with the
-    flavor spec ``flavor_spec`` (None: the flavor is gone, no GPUs or price known), billed to
-    ``user`` (the e-mail of the namespace's DevUser), else to spec.owner."""
+    """The spec of the record of a ``reservation`` of the DevServer ``cr`` with the flavor spec
+    ``flavor_spec`` (None: the flavor is gone, no GPUs or price known), billed to ``user`` (the
+    e-mail of the namespace's DevUser), else to spec.owner: closed (close_spec) when the
+    reservation has endedAt, else open (no endedAt, endReason, gpuHours, cost, idleSavedGPUHours)."""
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
     flavor_spec = flavor_spec or {}
@@ -90,16 +107,11 @@ def usage_spec(cr, reservation, flavor_spec, user=None):
         per_replica = 0
     gpus = replicas * per_replica
     started = _seconds(reservation["startedAt"])
-    ended = max(started, _seconds(reservation["endedAt"]))
     # queuedAt: when the server asked to run (lifecycle.py); a reservation from before that
     # field counts from the DevServer's creation.
     queued = reservation.get("queuedAt") or meta.get("creationTimestamp") or reservation["startedAt"]
     queued = min(_seconds(queued), started)
-    hours = _hours(ended - started)
     price = decimal(flavor_spec.get("pricePerHour"))
-    saved = 0
-    if reservation.get("endReason") == "Idle" and reservation.get("expiresAt"):
-        saved = _seconds(reservation["expiresAt"]) - ended
     record = {"user": user or spec.get("owner") or "", "server": meta.get("name"), "flavor": spec.get("flavor") or ""}
     gpu_type = (flavor_spec.get("gpu") or {}).get("type")
     if gpu_type:
@@ -108,22 +120,45 @@ def usage_spec(cr, reservation, flavor_spec, user=None):
                   startedAt=_time(started))
     if reservation.get("expiresAt"):
         record["expiresAt"] = format_time(reservation["expiresAt"])
-    record.update(endedAt=_time(ended), endReason=reservation["endReason"], gpuHours=str(decimal(hours * gpus)),
-                  cost=str(decimal(hours * price * replicas)), idleSavedGPUHours=str(decimal(_hours(saved) * gpus)))
-    return record
+    if not reservation.get("endedAt"):
+        return record
+    saved = 0
+    if reservation.get("endReason") == "Idle" and reservation.get("expiresAt"):
+        saved = _seconds(reservation["expiresAt"]) - max(started, _seconds(reservation["endedAt"]))
+    return close_spec(record, reservation["endedAt"], reservation["endReason"], saved)
 
 
 def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEFAULT_RETENTION, user=None):
-    """{name, spec} of the record to write for the DevServer ``cr`` now, or None: nothing has
-    ended (see ended_reservation), or it ended longer than ``retention`` ago (its record is
-    pruned, or about to be: it is not written again).  ``user``: who is billed (usage_spec)."""
+    """{name, spec} of the record the DevServer ``cr`` should have now, or None: the open record
+    of a reservation under way (``reservation``, default status.reservation), the closed record
+    of one that ended (see ended_reservation), or None when none started, or it ended longer than
+    ``retention`` ago (its record is pruned, or about to be: it is not written again).
+    ``user``: who is billed (usage_spec)."""
     ended = ended_reservation(cr, reservation)
     if ended is None:
-        return None
+        if reservation is None:
+            reservation = ((cr or {}).get("status") or {}).get("reservation")
+        if not reservation_active(reservation):
+            return None
+        name = record_name(((cr or {}).get("metadata") or {}).get("name"), reservation["startedAt"])
+        return {"name": name, "spec": usage_spec(cr, reservation, flavor_spec, user)}
     if now is not None and _seconds(now) >= _seconds(ended["endedAt"]) + parse_retention(retention):
         return None
     name = record_name(((cr or {}).get("metadata") or {}).get("name"), ended["startedAt"])
     return {"name": name, "spec": usage_spec(cr, ended, flavor_spec, user)}
+
+
+def usage_write_needed(observed, desired):
+    """Whether the role writes ``desired`` ({name, spec} from usage_record, or None) given the
+    record ``observed`` read by the name of status.reservation (None when missing): never a closed
+    record again (immutable), an open one when what it knows changed (the reservation was
+    extended, it ended), a missing one (also a new reservation's, under another name)."""
+    if not desired:
+        return False
+    if not isinstance(observed, dict) or ((observed.get("metadata") or {}).get("name")) != desired.get("name"):
+        return True
+    spec = observed.get("spec") or {}
+    return not spec.get("endedAt") and spec != desired.get("spec")
 
 
 def _ended(record):
@@ -150,24 +185,53 @@ def usage_prune_due(oldest_ended_at, now, retention=DEFAULT_RETENTION, period=No
     return {"list": False, "requeue": "%ds" % left if soon else ""}
 
 
-def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None):
-    """What the DevUser role does with the UsageRecords of its namespace (all of them, as read):
-    {delete: [names whose retention has passed since spec.endedAt (the creation time of a record
-    without one)], oldestEndedAt: the oldest kept record's end (None when none is kept),
-    requeue: "<seconds>s" until the oldest kept record's retention ends when that is sooner than
-    ``period``, else ""}.  Records being deleted are left out."""
-    keep, delete = [], []
+def orphaned(spec, servers):
+    """Whether the open record ``spec`` lost its DevServer: no DevServer of ``servers`` (the
+    namespace's, as listed) has its spec.server name, or the one that has it was created after
+    the reservation started (the server was deleted and created again).  A server still being
+    deleted is not gone: its finalizer closes the record."""
+    for server in servers or []:
+        meta = (server or {}).get("metadata") or {}
+        if meta.get("name") != spec.get("server"):
+            continue
+        created = meta.get("creationTimestamp")
+        return bool(created) and _seconds(created) > _seconds(spec["startedAt"])
+    return True
+
+
+def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None, servers=None):
+    """What the DevUser role does with the UsageRecords of its namespace (all of them, as read)
+    and its DevServers (``servers``, as listed; None: not read, no record is closed):
+    {delete: [names whose retention has passed since spec.endedAt], close: [{name, spec}: the open
+    records whose DevServer is gone (orphaned: deleted without its finalizer, which a user may
+    remove), closed with endReason Deleted at now, or at their expiresAt when that is sooner; labels:
+    the record's, which a server-side apply by the same field manager must repeat],
+    oldestEndedAt: the oldest kept record's end (None when none is kept, and while a record is
+    open: the role reads them at every reconcile then), requeue: "<seconds>s" until the oldest
+    kept record's retention ends when that is sooner than ``period``, else ""}.  Records being
+    deleted are left out; an open record is never deleted."""
+    keep, delete, close, still_open = [], [], [], False
     limit = _seconds(now) - parse_retention(retention)
     for record in sorted(records or [], key=lambda r: ((r or {}).get("metadata") or {}).get("name") or ""):
         meta = (record or {}).get("metadata") or {}
+        spec = (record or {}).get("spec") or {}
         if meta.get("deletionTimestamp"):
             continue
-        ended = _ended(record)
+        if not spec.get("endedAt"):
+            if servers is None or not orphaned(spec, servers):
+                still_open = True
+                continue
+            end = min(_seconds(now), _seconds(spec.get("expiresAt") or now))
+            spec = close_spec(spec, _time(end), DELETED)
+            if _seconds(spec["endedAt"]) > limit:  # else deleted at once: no need to close it first
+                close.append({"name": meta.get("name"), "labels": meta.get("labels") or {}, "spec": spec})
+        ended = _ended({"metadata": meta, "spec": spec})
         (delete if _seconds(ended) <= limit else keep).append((meta.get("name"), ended))
     oldest = min((_seconds(ended) for _, ended in keep), default=None)
     oldest = None if oldest is None else _time(oldest)
     due = usage_prune_due(oldest, now, retention, period) if oldest else {"requeue": ""}
-    return {"delete": [name for name, _ in delete], "oldestEndedAt": oldest, "requeue": due["requeue"]}
+    return {"delete": [name for name, _ in delete], "close": close, "oldestEndedAt": None if still_open else oldest,
+            "requeue": due["requeue"]}
 
 
 # --------------------------------------------------------------------------- the summary
@@ -196,17 +260,21 @@ def usage_summary(records, since=None, user=None):
     reservations launched, ended by reason, early cancellations (Cancelled before expiresAt),
     the mean wait (startedAt - queuedAt, whole seconds), GPU-hours, cost and the GPU-hours
     an idle shutdown saved.  ``since``: only records that ended at or after that time;
-    ``user``: only that user's records.  Returns {records, byUser, byFlavor, total}, rows
-    sorted by key."""
-    specs = []
+    ``user``: only that user's records.  Open records (reservations under way: no endedAt) are
+    not aggregated, only counted (``running``): what they used is known when they end.
+    Returns {records, running, byUser, byFlavor, total}, rows sorted by key."""
+    specs, running = [], 0
     for record in records or []:
         spec = record.get("spec") if isinstance(record.get("spec"), dict) else record
         if user and spec.get("user") != user:
             continue
+        if not spec.get("endedAt"):
+            running += 1
+            continue
         if since and (not spec.get("endedAt") or parse_time(spec["endedAt"]) < parse_time(since)):
             continue
         specs.append(spec)
-    result = {"records": len(specs)}
+    result = {"records": len(specs), "running": running}
     for group, field in (("byUser", "user"), ("byFlavor", "flavor")):
         rows, waits = {}, {}
         for spec in specs:

@@ -168,3 +168,21 @@ def test_api_errors_are_one_line(tmp_path):
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr.startswith("error: cannot reach the Kubernetes API") and len(result.stderr.splitlines()) == 1
     json.dumps(result.stderr)  # printable
+
+
+def test_a_reservation_still_running_is_counted_apart(devctl, history, cluster):
+    """An open record (issue 25.5: written when the reservation starts) is not summed: it counts
+    once it ends."""
+    started = datetime.now(timezone.utc) - timedelta(hours=1)
+    stamp = started.strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, cluster.ns, "usagerecords", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "UsageRecord",
+        "metadata": {"name": "live", "labels": {"torchdev.io/devserver": "live"}},
+        "spec": {"user": JANE, "server": "live", "flavor": "gpu-a10g-1", "replicas": 1, "gpus": 1,
+                 "pricePerHour": "1.2120", "queuedAt": stamp, "startedAt": stamp}})
+    for since in ("30d", "0"):
+        result = devctl("usage", "-o", "json", "--since", since)
+        assert result.exit_code == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["running"] == 1 and "1 reservation(s) still running" in result.stderr
+        assert report["total"]["launched"] == (5 if since == "30d" else 6)

@@ -56,9 +56,10 @@ def records(kube, ns, server=None) -> list[dict]:
 
 
 def wait_record(sim, kube, ns, server, timeout=120) -> dict:
-    found = sim.wait_for(lambda: records(kube, ns, server), timeout, interval=0.2,
-                         message=f"the usage record of {ns}/{server}")
-    assert len(found) == 1, found
+    """The closed record of the server's one reservation (open ones have no endedAt)."""
+    found = sim.wait_for(lambda: [r for r in records(kube, ns, server) if r["spec"].get("endedAt")], timeout,
+                         interval=0.2, message=f"the closed usage record of {ns}/{server}")
+    assert len(found) == 1 and len(records(kube, ns, server)) == 1, found
     return found[0]
 
 
@@ -102,7 +103,10 @@ def test_expiry_cancel_and_deletion_leave_records_that_outlive_the_servers(sim, 
     ready = {name: wait_ready(sim, kube, ns, name) for name in ("booked", "changed-mind", "doomed")}
     for obj in ready.values():
         assert USAGE_FINALIZER in obj["metadata"]["finalizers"]  # watches.yaml
-    assert records(kube, ns) == []  # nothing ended yet
+    # Each reservation has its record from the start: open (no end, no totals) until it ends.
+    opened = records(kube, ns)
+    assert sorted(r["spec"]["server"] for r in opened) == ["booked", "changed-mind", "doomed"], opened
+    assert not [r for r in opened if {"endedAt", "endReason", "gpuHours", "cost"} & set(r["spec"])], opened
     # booked's reservation now ends 15 s from now (a duration counted from its start: however
     # long the three took to start on a busy machine, it has not ended before this point)
     duration = int((now() - ts(ready["booked"]["status"]["reservation"]["startedAt"])).total_seconds()) + 15
@@ -181,7 +185,7 @@ def test_expiry_cancel_and_deletion_leave_records_that_outlive_the_servers(sim, 
 def test_idle_shutdown_records_the_gpu_hours_it_saved(sim, kube, runtime, ns):
     kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(
         "sleepy", flavor="gpu-a10g-1", lifecycle={"duration": "1h", "idleTimeout": 10, "autoShutdown": True}))
-    wait_ready(sim, kube, ns, "sleepy")
+    wait_ready(sim, kube, ns, "sleepy", timeout=180)  # a busy machine (load 14 on 2 cores) took > 90 s
     # What the in-pod agent sends when every session is gone (docs/lifecycle-agent.md).
     body = {"data": {"sleepy-0": json.dumps({"state": "idle", "since": stamp(now()), "reasons": []})}}
     kube["core"].patch_namespaced_config_map("sleepy-activity", ns, body)
@@ -267,13 +271,14 @@ def test_a_namespace_being_deleted_takes_its_records_along(sim, kube, runtime):
     assert not [r for r in finalizers if r.failed_tasks], finalizers
 
 
-def onboard(sim, kube, user: str) -> str:
-    """A DevUser <user> (e-mail <user>@example.com) and its namespace dev-<user>, labelled as its."""
+def onboard(sim, kube, user: str, gpus: int = 0) -> str:
+    """A DevUser <user> (e-mail <user>@example.com, ``gpus`` GPUs of quota) and its namespace
+    dev-<user>, labelled as its."""
     from hack.render_cases import KEY
 
     kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devusers", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "metadata": {"name": user},
-        "spec": {"email": f"{user}@example.com", "sshPublicKeys": [KEY]}})
+        "spec": {"email": f"{user}@example.com", "sshPublicKeys": [KEY], "quota": {"gpus": gpus}}})
     ns = "dev-" + user
 
     def labelled():
@@ -320,3 +325,53 @@ def test_an_owner_other_than_the_namespaces_devuser_is_rejected_and_never_billed
     assert [r["spec"]["server"] for r in found] == ["own"], found
     assert {r["spec"]["user"] for r in found} == {"carol@example.com"}
     assert len(warning_events(kube, ns, "forged", "OwnerMismatch")) == 1
+
+
+def test_a_server_deleted_without_its_finalizer_still_leaves_a_complete_record(sim, kube, runtime):
+    """Issue 25.5: a user may patch their DevServers, so they may remove the finalizer
+    torchdev.io/devserver-usage and then delete a running server: no finalizer runs.  The record
+    was opened when the reservation started; the DevUser role of the namespace finds its server
+    gone and closes it (endReason Deleted), with the GPU-hours and cost up to then."""
+    import yaml
+
+    [user_role] = [doc for doc in yaml.safe_load_all((ROOT / "config" / "rbac" / "devserver_user_role.yaml").read_text())
+                   if doc and doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "devserver-user"]  # torchdev-devserver-user once kustomized
+    verbs = {verb for rule in user_role["rules"] if "devservers" in rule.get("resources", []) for verb in rule["verbs"]}
+    assert "patch" in verbs  # what makes the attack possible: the user's own rights
+
+    custom = kube["custom"]
+    ns = onboard(sim, kube, "dave", gpus=1)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(
+        "sneaky", flavor="gpu-a10g-1", owner="dave@example.com", lifecycle={"duration": "1h"}))
+    ready = wait_ready(sim, kube, ns, "sneaky", timeout=120)
+    reservation = ready["status"]["reservation"]
+    [opened] = records(kube, ns, "sneaky")
+    assert opened["metadata"]["name"] == "sneaky-%d" % int(ts(reservation["startedAt"]).timestamp())
+    assert "endedAt" not in opened["spec"] and opened["spec"]["expiresAt"] == reservation["expiresAt"]
+    assert opened["spec"]["user"] == "dave@example.com" and opened["spec"]["gpus"] == 1
+
+    # The attack: the finalizer removed by a patch, then the running server deleted.
+    assert runtime.wait_idle(180)
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "sneaky", {"metadata": {"finalizers": None}})
+    deleted_at = now()
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "sneaky")
+    wait_gone(sim, kube, ns, "sneaky")
+    assert runtime.wait_idle(180)
+    assert not [r for r in runtime.history("DevServer") if r.namespace == ns and r.finalizer_run]  # none ran
+
+    # The DevUser's periodic run (reconcilePeriod 10m; nudged here) closes the record.
+    runtime.enqueue("DevUser", "", "dave")
+    closed = wait_record(sim, kube, ns, "sneaky", timeout=120)
+    spec = closed["spec"]
+    assert closed["metadata"]["name"] == opened["metadata"]["name"]
+    assert spec["endReason"] == "Deleted" and spec["user"] == "dave@example.com"
+    assert deleted_at - timedelta(seconds=1) <= ts(spec["endedAt"]) <= now() <= ts(spec["expiresAt"])
+    assert {k: v for k, v in spec.items() if k in opened["spec"]} == opened["spec"]  # what it knew is kept
+    assert decimal(spec["gpuHours"]) == decimal(hours(spec)) > 0
+    assert decimal(spec["cost"]) == decimal(hours(spec) * A10G_PRICE)
+    assert closed["metadata"]["labels"] == opened["metadata"]["labels"]
+    # Closed once: the DevUser's next runs write it no more.
+    writes = sim.writes("usagerecords")
+    runtime.enqueue("DevUser", "", "dave")
+    assert runtime.wait_idle(180)
+    assert sim.writes("usagerecords") == writes

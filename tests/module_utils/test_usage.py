@@ -75,12 +75,73 @@ def test_usage_record(cr, flavor, expected):
 
 @pytest.mark.parametrize("cr, reservation_arg, now, retention", [
     pytest.param(server(), None, at(0), "90d", id="never started"),
-    pytest.param(server(reservation(None)), None, at(60), "90d", id="still running"),
     pytest.param(server(reservation()), None, at(7200 + 120), "120s", id="past retention: pruned, not written again"),
     pytest.param(server(reservation()), {"queuedAt": at(0)}, at(60), "90d", id="a reservation without startedAt"),
 ])
 def test_nothing_to_record(cr, reservation_arg, now, retention):
     assert usage.usage_record(cr, reservation_arg, A10G, now, retention) is None
+
+
+OPEN_FIELDS = {"user", "server", "flavor", "gpuType", "replicas", "gpus", "pricePerHour", "queuedAt", "startedAt",
+               "expiresAt"}
+
+
+@pytest.mark.parametrize("cr, reservation_arg", [
+    pytest.param(server(reservation(None)), None, id="status.reservation under way"),
+    pytest.param(server(), reservation(None), id="the reservation this run started"),
+])
+def test_a_reservation_under_way_has_an_open_record(cr, reservation_arg):
+    """Issue 25.5: the record exists from the start of the reservation (no endedAt yet), so what a
+    server uses never depends on the finalizer the user may remove."""
+    record = usage.usage_record(cr, reservation_arg, A10G, at(60), user="jane@example.com")
+    assert record["name"] == "dev-%d" % EPOCH_T0
+    assert set(record["spec"]) == OPEN_FIELDS
+    assert record["spec"]["expiresAt"] == at(7200) and record["spec"]["gpus"] == 1
+    # closed as the finalizer, the lifecycle or the DevUser role would close it: the same numbers
+    closed = usage.close_spec(record["spec"], at(7200), "Expired")
+    assert closed == usage.usage_record(server(reservation()), None, A10G, at(7300))["spec"]
+
+
+def test_the_billed_user_is_the_devusers_email_whatever_the_owner():
+    cr = server(reservation())
+    cr["spec"]["owner"] = "mallory@example.com"
+    assert usage.usage_record(cr, None, A10G, at(7300), user="jane@example.com")["spec"]["user"] == "jane@example.com"
+    assert usage.usage_record(cr, None, A10G, at(7300))["spec"]["user"] == "mallory@example.com"  # no DevUser
+
+
+def test_close_spec_never_ends_before_the_start():
+    spec = usage.usage_record(server(reservation(None)), None, A10G, at(60))["spec"]
+    closed = usage.close_spec(spec, at(-600), "Deleted")
+    assert closed["endedAt"] == T0 and closed["gpuHours"] == "0.0000" and closed["cost"] == "0.0000"
+
+
+OPEN = usage.usage_record(server(reservation(None)), None, A10G, at(60))
+CLOSED = usage.usage_record(server(reservation()), None, A10G, at(7300))
+EXTENDED = usage.usage_record(server(reservation(None, expires=9000)), None, A10G, at(60))
+
+
+def observed(record):
+    return {"metadata": {"name": record["name"]}, "spec": record["spec"]}
+
+
+# (id, observed record, desired record, write?)
+WRITES = [
+    ("nothing to record", None, None, False),
+    ("a reservation starts: open it", None, OPEN, True),
+    ("open and unchanged: zero writes", observed(OPEN), OPEN, False),
+    ("extended: the open record learns the new expiresAt", observed(OPEN), EXTENDED, True),
+    ("it ended: close it", observed(OPEN), CLOSED, True),
+    ("closed: never written again", observed(CLOSED), CLOSED, False),
+    ("closed, whatever is desired now", observed(CLOSED), OPEN, False),
+    ("a record from before open records (closed, missing now)", None, CLOSED, True),
+    ("a new reservation, the last one's record read", {"metadata": {"name": "dev-1"}, "spec": CLOSED["spec"]}, OPEN, True),
+    ("junk read", "junk", OPEN, True),
+]
+
+
+@pytest.mark.parametrize("observed_record, desired, write", [c[1:] for c in WRITES], ids=[c[0] for c in WRITES])
+def test_usage_write_needed(observed_record, desired, write):
+    assert usage.usage_write_needed(observed_record, desired) is write
 
 
 def test_the_reservation_this_run_ended_wins_over_the_status():
@@ -125,8 +186,9 @@ PRUNES = [
      {"delete": [], "oldestEndedAt": at(0), "requeue": ""}),
     ("without a period, always the due time", [record("a", 0)], at(0), "90d", None,
      {"delete": [], "oldestEndedAt": at(0), "requeue": "%ds" % (90 * 86400)}),
-    ("from creation without endedAt", [record("a", created=0)], at(30), "60s", "10m",
-     {"delete": [], "oldestEndedAt": at(0), "requeue": "30s"}),
+    ("an open record is never deleted, and the records are read at every run while one is",
+     [record("a", created=-10**6), record("b", 0)], at(30), "60s", "10m",
+     {"delete": [], "oldestEndedAt": None, "requeue": "30s"}),
     ("a record being deleted is left out", [record("a", -500, deleting=True)], at(0), "120s", "10m",
      {"delete": [], "oldestEndedAt": None, "requeue": ""}),
 ]
@@ -134,12 +196,51 @@ PRUNES = [
 
 @pytest.mark.parametrize("records, now, retention, period, expected", [c[1:] for c in PRUNES], ids=[c[0] for c in PRUNES])
 def test_usage_prune(records, now, retention, period, expected):
-    assert usage.usage_prune(records, now, retention, period) == expected
+    assert usage.usage_prune(records, now, retention, period) == dict(expected, close=[])
 
 
-def test_usage_prune_needs_an_end():
-    with pytest.raises(ValueError):
-        usage.usage_prune([{"metadata": {"name": "a"}, "spec": {}}], at(0))
+def devserver_obj(name="dev", created=-600, deleting=False):
+    meta = {"name": name, "creationTimestamp": at(created)}
+    if deleting:
+        meta["deletionTimestamp"] = at(0)
+    return {"metadata": meta}
+
+
+def open_record(expires=7200):
+    rec_ = usage.usage_record(server(reservation(None, expires=expires)), None, A10G, at(60))
+    return {"metadata": {"name": rec_["name"]}, "spec": rec_["spec"]}
+
+
+# (id, open record, the namespace's DevServers (None: not read), now, closed at (None: kept open))
+ORPHANS = [
+    ("its server runs: kept open", open_record(), [devserver_obj()], at(3600), None),
+    ("its server is being deleted: its finalizer closes it", open_record(), [devserver_obj(deleting=True)], at(3600), None),
+    ("the DevServers were not read: nothing closed", open_record(), None, at(3600), None),
+    ("its server is gone: closed now", open_record(), [devserver_obj("other")], at(3600), at(3600)),
+    ("gone after its reservation's end: closed at expiresAt", open_record(), [], at(9000), at(7200)),
+    ("gone, without a duration: closed now", open_record(expires=None), [], at(9000), at(9000)),
+    ("a server of that name created after the reservation started is another one", open_record(),
+     [devserver_obj(created=30)], at(3600), at(3600)),
+]
+
+
+@pytest.mark.parametrize("rec_, servers, now, closed_at", [c[1:] for c in ORPHANS], ids=[c[0] for c in ORPHANS])
+def test_usage_prune_closes_the_records_of_servers_deleted_without_their_finalizer(rec_, servers, now, closed_at):
+    out = usage.usage_prune([rec_], now, "90d", "10m", servers)
+    assert out["delete"] == []
+    if closed_at is None:
+        assert out["close"] == [] and out["oldestEndedAt"] is None  # open: read again at the next run
+        return
+    [closed] = out["close"]
+    assert closed["name"] == rec_["metadata"]["name"] and out["oldestEndedAt"] == closed_at
+    assert closed["labels"] == {}
+    assert closed["spec"] == usage.close_spec(rec_["spec"], closed_at, "Deleted")
+    assert closed["spec"]["endReason"] == "Deleted" and closed["spec"]["gpuHours"] != "0.0000"
+
+
+def test_an_orphan_past_its_retention_is_deleted_not_closed():
+    out = usage.usage_prune([open_record()], at(7200 + 120), "120s", "10m", [])
+    assert out == {"delete": ["dev-%d" % EPOCH_T0], "close": [], "oldestEndedAt": None, "requeue": ""}
 
 
 @pytest.mark.parametrize("oldest, now, period, expected", [
@@ -224,3 +325,12 @@ def test_usage_summary_per_group_values():
 
 def test_usage_summary_accepts_specs():
     assert usage.usage_summary([rec()["spec"]])["total"]["launched"] == 1
+
+
+def test_usage_summary_counts_open_records_apart():
+    """A reservation under way (an open record) is counted as running, not summed: what it used
+    is known when it ends."""
+    out = usage.usage_summary([rec(), open_record(), open_record()])
+    assert out["records"] == 1 and out["running"] == 2
+    assert out["total"]["launched"] == 1 and out["total"]["gpuHours"] == "1.0000"
+    assert usage.usage_summary([open_record()], user="ada@example.com")["running"] == 0
