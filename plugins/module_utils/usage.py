@@ -218,7 +218,8 @@ def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None, servers=
         if meta.get("deletionTimestamp"):
             continue
         if not spec.get("endedAt"):
-            if servers is None or not orphaned(spec, servers):
+            # Only a DevServer's record (no spec.kind, or DevServer) is checked against the DevServers.
+            if servers is None or spec.get("kind", "DevServer") != "DevServer" or not orphaned(spec, servers):
                 still_open = True
                 continue
             end = min(_seconds(now), _seconds(spec.get("expiresAt") or now))

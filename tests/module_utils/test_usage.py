@@ -216,6 +216,8 @@ ORPHANS = [
     ("its server runs: kept open", open_record(), [devserver_obj()], at(3600), None),
     ("its server is being deleted: its finalizer closes it", open_record(), [devserver_obj(deleting=True)], at(3600), None),
     ("the DevServers were not read: nothing closed", open_record(), None, at(3600), None),
+    ("another kind's record is not a DevServer's", dict(open_record(), spec=dict(open_record()["spec"], kind="TrainingJob")),
+     [], at(3600), None),
     ("its server is gone: closed now", open_record(), [devserver_obj("other")], at(3600), at(3600)),
     ("gone after its reservation's end: closed at expiresAt", open_record(), [], at(9000), at(7200)),
     ("gone, without a duration: closed now", open_record(expires=None), [], at(9000), at(9000)),
