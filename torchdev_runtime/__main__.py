@@ -50,9 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ANSIBLE_CONFIG for the runs (default $ANSIBLE_CONFIG, then the "
                         "ansible.cfg next to the watches file, then ./ansible.cfg)")
     p.add_argument("--dependent", action="append", default=[], metavar="KIND=GVK[,GVK]",
-                   help="watch dependent kinds from the start, e.g. "
-                        "DevServer.torchdev.io=apps/v1/StatefulSet,v1/Service (repeatable); "
-                        "kinds created by the roles are also learned from their results")
+                   help="watch more dependent kinds from the start, e.g. "
+                        "DevServer.torchdev.io=v1/Pod (repeatable); the kinds a watch's role "
+                        "renders (its templates), less its blacklist, are always watched, and "
+                        "kinds are also learned from the roles' results")
     p.add_argument("--graceful-shutdown-timeout", type=_duration, default="30s",
                    help="how long to wait for running reconciles on SIGINT/SIGTERM (30s)")
     p.add_argument("--gather-facts", action="store_true",

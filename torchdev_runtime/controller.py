@@ -37,7 +37,8 @@ or reads through it, owned by the CR) and its proxy injects the owner references
 runtime has no proxy: it learns the kinds from the role's results (every Kubernetes object
 found in a task result -- ``kubernetes.core.k8s`` ``result``, ``k8s_info`` ``resources``,
 loop ``results`` -- that carries an ownerReference to, or the primary-resource annotations
-of, this watch's kind) and from an optional static list (``dependent_watches``). It never
+of, this watch's kind) and from a static list watched from the start: the kinds the role's
+templates render, less the blacklist (dependents.py), plus ``dependent_watches``. It never
 adds owner references: the roles must set them (and the annotations for cross-namespace or
 cluster-scoped children) themselves.
 """

@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from .controller import Controller, ReconcileRecord, dependent_view
+from .dependents import derived_dependents
 from .gotime import format_duration
 from .forkserver import PLAYBOOK_PRELOAD, ForkServer
 from .informer import Informer
@@ -78,14 +79,6 @@ def default_ansible_config(watches_file: str | None) -> str | None:
     return None
 
 
-# Dependents watched from the start.  ansible-operator's proxy learns a dependent kind from
-# every request a role makes through it (GETs included); this runtime learns from the task
-# results, which no_log hides (the DevServer role's reads and writes carry SSH keys).  The
-# DevServer's ConfigMaps carry state changes that must reconcile it at once: the lifecycle
-# agents' activity record (<name>-activity).
-DEFAULT_DEPENDENT_WATCHES: dict[str, list[str]] = {"DevServer.torchdev.io": ["v1/ConfigMap"]}
-
-
 class Runtime:
     """Local stand-in for the ansible-operator binary.
 
@@ -105,8 +98,11 @@ class Runtime:
         reconcile_period: requeue period after a successful run when the watch has no
             reconcilePeriod (ansible-operator's --reconcile-period, default 10h).
         dependent_watches: {"Kind.group" or "group/version/Kind": ["apps/v1/StatefulSet",...]}
-            dependent kinds watched from the start (in addition to the learned ones);
-            default DEFAULT_DEPENDENT_WATCHES (for the watched kinds).
+            more dependent kinds watched from the start (the CLI's --dependent).
+        derive_dependents: watch from the start, for each watch with watchDependentResources,
+            every kind its role's templates render, less its blacklist (dependents.py: what
+            ansible-operator's proxy learns from the role's creates and reads). Default True;
+            False leaves only the learned kinds and ``dependent_watches``.
         verbose: log every task and the ansible output of failed runs.
         gather_facts: gather facts like ansible-operator does (off: faster).
         keep_artifacts: keep ansible-runner's private data dirs (in ``work_dir``).
@@ -125,6 +121,7 @@ class Runtime:
                  ansible_verbosity: int = 2,
                  reconcile_period: float = DEFAULT_RECONCILE_PERIOD,
                  dependent_watches: Mapping[str, Iterable[str]] | None = None,
+                 derive_dependents: bool = True,
                  verbose: bool = False, gather_facts: bool = False,
                  keep_artifacts: bool = False, work_dir: str | None = None,
                  graceful_shutdown_timeout: float = 30.0,
@@ -167,12 +164,13 @@ class Runtime:
         self.ansible_python = ansible_python or os.environ.get("TORCHDEV_ANSIBLE_PYTHON") or sys.executable
         self._forkservers: list[ForkServer] = []
         self._static_deps: dict[GVK, list[GVK]] = {}
-        if dependent_watches is None:
-            watched = {w.gvk.group_kind for w in self.watches}
-            dependent_watches = {k: v for k, v in DEFAULT_DEPENDENT_WATCHES.items() if k in watched}
+        if derive_dependents:
+            for og, derived in derived_dependents(self.watches).items():
+                self._static_deps[og] = list(derived)
         for owner, deps in (dependent_watches or {}).items():
             og = self._resolve_owner(owner)
-            self._static_deps.setdefault(og, []).extend(_parse_gvk_ref(d) for d in deps)
+            known = self._static_deps.setdefault(og, [])
+            known.extend(g for g in (_parse_gvk_ref(d) for d in deps) if g not in known)
         self.client: KubeClient | None = None
         self.controllers: dict[GVK, Controller] = {}
         self._informers: dict[tuple[GVK, str | None], Informer] = {}
