@@ -232,6 +232,7 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     if lifecycle:
         status["reservation"] = lifecycle.get("reservation")
         status["idle"] = lifecycle.get("idle")
+        status["activityReportProblem"] = lifecycle.get("activityProblem")
         status["conditions"].append(lifecycle["condition"])
     return status
 

@@ -24,6 +24,16 @@ from ansible_collections.torchdev.operator.plugins.module_utils.durations import
     format_duration, parse_duration)
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+# The instants a status may hold: _time clamps to them (a huge duration or report cannot
+# overflow the date arithmetic of a reconcile).
+_MIN_SECONDS = int((datetime.datetime(1, 1, 1, tzinfo=datetime.timezone.utc) - _EPOCH).total_seconds())
+_MAX_SECONDS = int((datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc) - _EPOCH).total_seconds())
+
+# The agents' reports (ConfigMap <name>-activity, one key per pod) are written with a token a
+# shell in the user's pod can read: each is checked before it counts (activity_report).
+REPORT_CLOCK_SKEW = 300     # seconds a report's "since" may be ahead of the operator's clock
+REPORT_MAX_CHARS = 4096     # characters of one pod's report (the agent writes about 150)
+ACTIVITY_PROBLEM_MAX_CHARS = 1024   # status.activityReportProblem (the CRD's maxLength)
 
 # The operator's defaults (roles/devserver/defaults/main.yml passes the settings).
 DEFAULT_SETTINGS = {
@@ -36,16 +46,18 @@ DEFAULT_SETTINGS = {
 
 
 def parse_time(value):
+    """The aware UTC datetime of an RFC 3339 time; ValueError (never another error) for
+    anything else, a time whose UTC falls outside years 1-9999 included."""
     if isinstance(value, datetime.datetime):
         return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
-    text = str(value or "").strip()
+    text = value.strip() if isinstance(value, str) else ""
     try:
         parsed = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        raise ValueError("not an RFC 3339 time: %r" % (value,))
-    if parsed.tzinfo is None:
-        raise ValueError("not an RFC 3339 time (no zone): %r" % (value,))
-    return parsed.astimezone(datetime.timezone.utc)
+        if parsed.tzinfo is None:
+            raise ValueError("not an RFC 3339 time (no zone): %r" % (value,))
+        return parsed.astimezone(datetime.timezone.utc)
+    except (ValueError, OverflowError) as exc:   # OverflowError: 0001-01-01T00:00:00+01:00
+        raise ValueError(str(exc) if "no zone" in str(exc) else "not an RFC 3339 time: %r" % (_short(value),))
 
 
 def format_time(value):
@@ -57,7 +69,40 @@ def _seconds(value):
 
 
 def _time(seconds):
-    return (_EPOCH + datetime.timedelta(seconds=int(seconds))).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 of seconds since the epoch, clamped to years 1-9999 (never an OverflowError)."""
+    seconds = min(_MAX_SECONDS, max(_MIN_SECONDS, int(seconds)))
+    return (_EPOCH + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds_or_none(value):
+    try:
+        return _seconds(value)
+    except ValueError:
+        return None
+
+
+def _short(value, limit=64):
+    """repr of a value for a message, at most about limit characters."""
+    text = repr(value) if not isinstance(value, str) or len(value) <= limit else repr(value[:limit]) + "..."
+    return text if len(text) <= limit + 8 else text[:limit] + "..."
+
+
+def _duration_or_none(value):
+    if not value:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None
+
+
+def _whole(value, default=0, low=0, high=10 * 366 * 86400):
+    """An int in [low, high] of a spec number (default for anything that is not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return default
+    if value in (float("inf"), float("-inf")):
+        return high if value > 0 else low
+    return min(high, max(low, int(value)))
 
 
 def settings_of(settings):
@@ -99,40 +144,87 @@ def reservation_problem(spec, settings=None, devuser=None):
 def _pod_start(pod):
     status = (pod or {}).get("status") or {}
     start = status.get("startTime") or ((pod or {}).get("metadata") or {}).get("creationTimestamp")
-    return _seconds(start) if start else None
+    return _seconds_or_none(start) if start else None
 
 
-def idle_since(activity, pods, replicas):
-    """When every wanted replica's agent last reported idle: the latest 'since' of their
-    reports, or None while any replica is active or has not reported since its pod started
-    (a report older than its pod is a previous pod's and does not count)."""
-    if not replicas:
-        return None
-    data = ((activity or {}).get("data") or {})
-    latest = None
-    counted = 0
-    for pod in pods or []:
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+def activity_report(text, now):
+    """(report, problem) of one pod's entry in <name>-activity: the report as a dict
+    {state, since (seconds since the epoch, or None)}, or None with problem the reason it is
+    ignored.  The entry is written with a token a shell in the user's pod can read, so anything
+    is checked: JSON of at most REPORT_MAX_CHARS characters, an object whose state is "idle" or
+    "active" and whose since is an RFC 3339 time from 1970 to REPORT_CLOCK_SKEW seconds past
+    ``now`` (the operator's clock: seconds since the epoch or RFC 3339).  A missing entry is
+    (None, None): not reported yet."""
+    now = now if isinstance(now, int) else _seconds(now)
+    if text is None or text == "":
+        return None, None
+    if not isinstance(text, str):
+        return None, "the report is a %s, not a JSON string" % type(text).__name__
+    if len(text) > REPORT_MAX_CHARS:
+        return None, "the report has %d characters, more than %d" % (len(text), REPORT_MAX_CHARS)
+    try:
+        report = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, "the report is not JSON: %s" % _short(text)
+    if not isinstance(report, dict):
+        return None, "the report is not a JSON object: %s" % _short(text)
+    state = report.get("state")
+    if state not in ("idle", "active"):
+        return None, "state %s is neither idle nor active" % _short(state)
+    since = report.get("since")
+    if since is None and state == "active":
+        return {"state": state, "since": None}, None
+    if not isinstance(since, str):
+        return None, "since %s is not an RFC 3339 time" % _short(since)
+    seconds = _seconds_or_none(since)
+    if seconds is None:
+        return None, "since %s is not an RFC 3339 time" % _short(since)
+    if seconds < 0:
+        return None, "since %s is before 1970" % _short(since)
+    if seconds > now + REPORT_CLOCK_SKEW:
+        return None, "since %s is in the future (more than %ds ahead of the operator's clock)" % (
+            _short(since), REPORT_CLOCK_SKEW)
+    return {"state": state, "since": seconds}, None
+
+
+def activity_reports(activity, pods, replicas, now):
+    """(idle since, problems): idle since is when every wanted replica's agent last reported
+    idle, the latest 'since' of their reports, or None while any replica is active, has not
+    reported since its pod started (a report older than its pod is a previous pod's and does
+    not count) or sent an invalid report; problems: "pod <name>: <reason>" of each invalid one."""
+    now = now if isinstance(now, int) else _seconds(now)
+    data = (activity or {}).get("data") if isinstance(activity, dict) else None
+    data = data if isinstance(data, dict) else {}
+    latest, counted, idle, problems = None, 0, True, []
+    for pod in pods if isinstance(pods, list) else []:
+        meta = (pod.get("metadata") if isinstance(pod, dict) else None) or {}
+        if not isinstance(meta, dict) or meta.get("deletionTimestamp"):
             continue
-        try:
-            report = json.loads(data.get(meta.get("name")) or "null")
-        except ValueError:
-            report = None
-        if not isinstance(report, dict) or report.get("state") != "idle" or not report.get("since"):
-            return None
-        try:
-            since = _seconds(report["since"])
-        except ValueError:
-            return None
+        name = meta.get("name")
+        report, problem = activity_report(data.get(name) if isinstance(name, str) else None, now)
+        if problem:
+            problems.append("pod %s: %s" % (name, problem))
+        if not report or report["state"] != "idle":
+            idle = False
+            continue
         started = _pod_start(pod)
-        if started is not None and since < started:
-            return None
-        latest = since if latest is None else max(latest, since)
+        if started is not None and report["since"] < started:
+            idle = False
+            continue
+        latest = report["since"] if latest is None else max(latest, report["since"])
         counted += 1
-    if counted < int(replicas):
-        return None
-    return latest
+    if not idle or not replicas or counted < _whole(replicas):
+        latest = None
+    return latest, problems
+
+
+def idle_since(activity, pods, replicas, now=None):
+    """When every wanted replica's agent last reported idle (activity_reports), or None.
+    ``now``: the operator's clock (an RFC 3339 time; None: the current time)."""
+    now_s = _seconds_or_none(now) if now is not None else None
+    if now_s is None:
+        now_s = _seconds(datetime.datetime.now(datetime.timezone.utc))
+    return activity_reports(activity, pods, replicas, now_s)[0]
 
 
 def _warnings_due(deadline, offsets, sent, now):
@@ -169,6 +261,12 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
     - ``condition``: the Expiring condition
     - ``requeue``: seconds until the next deadline or warning ("" for none)
     - ``config``: deadlines.json of the ConfigMap <name>-lifecycle, for the in-pod agent
+    - ``activityProblem``: status.activityReportProblem (None removes it): why the agents'
+      reports were ignored (activity_reports); a Warning Event InvalidActivityReport is among
+      ``events`` when it differs from the status's (once per bad report, not per reconcile)
+
+    The expiry is decided first, from the spec and status.reservation only: nothing an agent
+    reports (ignored when invalid) can delay or prevent it.
     """
     settings = settings_of(settings)
     meta = (cr or {}).get("metadata") or {}
@@ -178,12 +276,13 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
     old_idle = ((cr or {}).get("status") or {}).get("idle") or {}
     generation = meta.get("generation")
     now_s = _seconds(now)
+    old_problem = ((cr or {}).get("status") or {}).get("activityReportProblem")
     annotations = meta.get("annotations") or {}
     offsets = settings["warnings"]
-    result = {"reservation": old or None, "idle": None, "stop": None, "events": [], "requeue": "",
+    result = {"reservation": old or None, "idle": None, "stop": None, "events": [], "requeue": "", "activityProblem": None,
               "condition": condition("Expiring", "False", "NoDeadline", "no expiry or idle shutdown is due", generation)}
     active = reservation_active(old)
-    idle_timeout = int(lifecycle.get("idleTimeout") or 0)
+    idle_timeout = _whole(lifecycle.get("idleTimeout"))
     auto = bool(lifecycle.get("autoShutdown", False))
     config = {"expiresAt": None, "idleDeadline": None, "idleTimeoutSeconds": idle_timeout,
               "autoShutdown": auto, "warnings": offsets,
@@ -209,14 +308,21 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
                "endedAt": None, "endReason": None}
     reservation = dict(old)
     deadlines = []
-    if lifecycle.get("duration"):
-        duration = parse_duration(lifecycle["duration"])
-        expires = _seconds(reservation["startedAt"]) + duration
-        previous = reservation.get("expiresAt")
-        if previous and _seconds(previous) != expires:
+    duration = _duration_or_none(lifecycle.get("duration"))
+    if lifecycle.get("duration") and duration is None:
+        # Unreadable (the API's pattern admits none): the reservation as it was applied holds.
+        duration = _duration_or_none(reservation.get("duration"))
+    if duration is not None:
+        started = _seconds_or_none(reservation.get("startedAt"))
+        if started is None:
+            started = now_s
+            reservation["startedAt"] = _time(now_s)
+        expires = min(_MAX_SECONDS, started + duration)   # clamped: a huge duration never overflows
+        previous = _seconds_or_none(reservation.get("expiresAt"))
+        if previous is not None and previous != expires:
             reservation["warningsSent"] = []
-            if _seconds(previous) < expires:
-                reservation["extensions"] = int(reservation.get("extensions") or 0) + 1
+            if previous < expires:
+                reservation["extensions"] = _whole(reservation.get("extensions")) + 1
         reservation["duration"] = format_duration(duration)
         reservation["expiresAt"] = _time(expires)
         config["expiresAt"] = reservation["expiresAt"]
@@ -244,13 +350,23 @@ def lifecycle_status(cr, running, now, activity=None, pods=None, settings=None):
         reservation.update(duration=None, expiresAt=None)
     result["reservation"] = reservation
 
-    since = idle_since(activity, pods, spec_replicas(cr)) if idle_timeout > 0 else None
+    since, problems = activity_reports(activity, pods, spec_replicas(cr), now_s) if idle_timeout > 0 else (None, [])
+    if problems:
+        problem = "; ".join(problems)
+        if len(problem) > ACTIVITY_PROBLEM_MAX_CHARS:
+            problem = problem[:ACTIVITY_PROBLEM_MAX_CHARS - 3] + "..."
+        result["activityProblem"] = problem
+        if problem != old_problem:
+            result["events"].append({
+                "reason": "InvalidActivityReport",
+                "message": "ignored the lifecycle agent's report in %s-activity (the server counts as active; the "
+                           "reservation's expiry does not depend on it): %s" % (meta.get("name"), problem)})
     if since is not None:
         deadline = since + idle_timeout
-        keepalive = lifecycle.get("keepAliveUntil")
-        if keepalive:
+        keepalive = _seconds_or_none(lifecycle.get("keepAliveUntil"))
+        if keepalive is not None:
             cap = deadline + parse_duration(settings["max_keepalive"])
-            deadline = max(deadline, min(_seconds(keepalive), cap))
+            deadline = max(deadline, min(keepalive, cap))
         idle = {"since": _time(since), "deadline": _time(deadline), "autoShutdown": auto,
                 "warningsSent": [] if old_idle.get("deadline") != _time(deadline)
                 else list(old_idle.get("warningsSent") or [])}

@@ -282,3 +282,118 @@ def test_queue_eta(queues, servers, position, replicas, eta):
 
 def test_queue_eta_without_inputs_is_none():
     assert queue_eta({"local_queue": None}, ME, GPU1, 1, T0) is None
+
+
+# --- hostile activity reports (issue 25 item 2) ---------------------------------------------
+# The agent's token is readable from a shell in the user's pod, so <name>-activity may hold
+# anything.  Every entry below is ignored for idleness with one InvalidActivityReport Event,
+# and the reservation expires on time regardless.  ("since" 9999-12-31 overflowed the idle
+# deadline's arithmetic: the whole lifecycle step failed and the server ran past its expiry.)
+
+def _report(**fields) -> str:
+    return json.dumps(fields)
+
+
+HOSTILE_REPORTS = [
+    # (id, the pod's entry, a fragment of the problem)
+    ("future", _report(state="idle", since=at(3600)), "in the future"),
+    ("year-9999", _report(state="idle", since="9999-12-31T23:59:59Z"), "in the future"),
+    ("year-9999-west", _report(state="idle", since="9999-12-31T23:59:59-05:00"), "not an RFC 3339 time"),
+    ("year-1", _report(state="idle", since="0001-01-01T00:00:00Z"), "before 1970"),
+    ("year-1-east", _report(state="idle", since="0001-01-01T00:00:00+05:00"), "not an RFC 3339 time"),
+    ("before-epoch", _report(state="idle", since="1969-12-31T23:59:59Z"), "before 1970"),
+    ("no-zone", _report(state="idle", since="2026-11-24T10:00:00"), "not an RFC 3339 time"),
+    ("malformed-time", _report(state="idle", since="yesterday"), "not an RFC 3339 time"),
+    ("not-json", "{\"state\": \"idle\", \"since\"", "not JSON"),
+    ("one-megabyte", "x" * (1 << 20), "more than 4096"),
+    ("one-megabyte-since", _report(state="idle", since="9" * (1 << 20)), "more than 4096"),
+    ("deep-nesting", "[" * 4000 + "]" * 4000, "more than 4096"),
+    ("a-list", "[\"idle\"]", "not a JSON object"),
+    ("a-number", "12", "not a JSON object"),
+    ("nan", "NaN", "not a JSON object"),
+    ("since-int", _report(state="idle", since=1764000000), "not an RFC 3339 time"),
+    ("since-negative", _report(state="idle", since=-1), "not an RFC 3339 time"),
+    ("since-huge-int", _report(state="idle", since=10 ** 300), "not an RFC 3339 time"),
+    ("since-nan", "{\"state\": \"idle\", \"since\": NaN}", "not an RFC 3339 time"),
+    ("since-infinity", "{\"state\": \"idle\", \"since\": Infinity}", "not an RFC 3339 time"),
+    ("since-bool", _report(state="idle", since=True), "not an RFC 3339 time"),
+    ("since-object", _report(state="idle", since={"$date": at(0)}), "not an RFC 3339 time"),
+    ("since-null", _report(state="idle", since=None), "not an RFC 3339 time"),
+    ("state-int", _report(state=1, since=at(100)), "neither idle nor active"),
+    ("state-unknown", _report(state="asleep", since=at(100)), "neither idle nor active"),
+]
+
+
+def hostile_server(problem=None):
+    cr = server(duration="1h", idleTimeout=600, autoShutdown=True)
+    cr["status"] = {"reservation": {"startedAt": T0, "expiresAt": at(3600), "duration": "1h",
+                                    "warningsSent": [1800, 900, 300]}}
+    if problem:
+        cr["status"]["activityReportProblem"] = problem
+    return cr
+
+
+@pytest.mark.parametrize("entry, fragment", [case[1:] for case in HOSTILE_REPORTS],
+                         ids=[case[0] for case in HOSTILE_REPORTS])
+def test_a_hostile_report_is_ignored_with_one_event_and_the_reservation_expires(entry, fragment):
+    bad = {"data": {"s-0": entry}}
+    # Before the expiry: no idleness, no stop, one Event naming the pod and the problem.
+    out = lifecycle.lifecycle_status(hostile_server(), True, at(1200), activity=bad, pods=[POD])
+    assert out["stop"] is None and out["idle"] is None
+    assert out["activityProblem"].startswith("pod s-0: ") and fragment in out["activityProblem"]
+    assert len(out["activityProblem"]) <= lifecycle.ACTIVITY_PROBLEM_MAX_CHARS
+    assert [e["reason"] for e in out["events"]] == ["InvalidActivityReport"]
+    assert out["activityProblem"] in out["events"][0]["message"]
+    # The next reconcile (the status holds the problem): no second Event for the same report.
+    again = lifecycle.lifecycle_status(hostile_server(out["activityProblem"]), True, at(1300), activity=bad,
+                                       pods=[POD])
+    assert again["events"] == [] and again["activityProblem"] == out["activityProblem"]
+    # At the expiry: stopped, whatever the report says.
+    out = lifecycle.lifecycle_status(hostile_server(out["activityProblem"]), True, at(3600), activity=bad,
+                                     pods=[POD])
+    assert out["stop"]["reason"] == "Expired" and out["reservation"]["expiresAt"] == at(3600)
+    # Through devserver_lifecycle and into the status the role writes.
+    status = devserver_status(hostile_server(), None, 1, "h", lifecycle=out)
+    assert status["activityReportProblem"] == out["activityProblem"]
+
+
+@pytest.mark.parametrize("since, idle", [
+    (at(1200 + 300), True),        # within the clock skew allowed (REPORT_CLOCK_SKEW)
+    (at(1200 + 301), False),
+])
+def test_a_report_slightly_ahead_is_clock_skew(since, idle):
+    assert lifecycle.REPORT_CLOCK_SKEW == 300
+    out = lifecycle.lifecycle_status(hostile_server(), True, at(1200), activity=activity("idle", since), pods=[POD])
+    assert (out["idle"] is not None) is idle and (out["activityProblem"] is None) is idle
+
+
+def test_a_valid_report_clears_the_problem_and_a_new_bad_one_warns_again():
+    out = lifecycle.lifecycle_status(hostile_server("pod s-0: old"), True, at(1200),
+                                     activity=activity("idle", at(1000)), pods=[POD])
+    assert out["activityProblem"] is None and out["idle"]["since"] == at(1000)
+    assert "InvalidActivityReport" not in [e["reason"] for e in out["events"]]
+    bad = {"data": {"s-0": _report(state="idle", since="9999-12-31T23:59:59Z")}}
+    out = lifecycle.lifecycle_status(hostile_server("pod s-0: old"), True, at(1200), activity=bad, pods=[POD])
+    assert [e["reason"] for e in out["events"]] == ["InvalidActivityReport"]
+
+
+@pytest.mark.parametrize("duration", ["99999999999h", "9999999999999s"])
+def test_a_huge_duration_is_clamped_not_an_overflow(duration):
+    # (possible where the operator's max_reservation is "": no cluster maximum)
+    cr = server(duration=duration)
+    cr["status"] = {"reservation": {"startedAt": T0}}
+    out = lifecycle.lifecycle_status(cr, True, at(10), settings={"max_reservation": ""})
+    assert out["reservation"]["expiresAt"] == "9999-12-31T23:59:59Z" and out["stop"] is None
+    # and it stays put: the next run neither counts an extension nor resets the warnings
+    cr["status"]["reservation"] = out["reservation"]
+    again = lifecycle.lifecycle_status(cr, True, at(20), settings={"max_reservation": ""})
+    assert again["reservation"].get("extensions") == out["reservation"].get("extensions")
+    assert again["reservation"]["expiresAt"] == out["reservation"]["expiresAt"]
+
+
+@pytest.mark.parametrize("keepalive", ["9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00", "soon", 42])
+def test_an_unreadable_keepalive_is_ignored(keepalive):
+    cr = server(idleTimeout=3600, autoShutdown=True, keepAliveUntil=keepalive)
+    cr["status"] = {"reservation": {"startedAt": T0}}
+    out = lifecycle.lifecycle_status(cr, True, at(200), activity=activity("idle", at(100)), pods=[POD])
+    assert out["idle"]["deadline"] == at(3700)
