@@ -444,7 +444,8 @@ def test_payloads_in_a_rejected_spec_are_never_evaluated(sim, kube, runtime, mar
     finally:
         print({n: kube["custom"].get_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", n).get("status")
                for n in bad})
-    assert sorted(os.listdir(marks)) == [], "payloads evaluated on the problem path"
+    evaluated = sorted(set(os.listdir(marks)) & {"900", "901"})  # the expression's and the statement's markers
+    assert evaluated == [], f"payloads evaluated on the problem path (marker files {evaluated})"
     for name, value in bad.items():
         obj = kube["custom"].get_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", name)
         messages = [c.get("message") or "" for c in obj["status"].get("conditions") or []]
