@@ -52,7 +52,7 @@ def leaks(sim, kube, artifacts):
         return obj if (obj.get("status") or {}).get("phase") == "Active" else None
     sim.wait_for(active, 120, interval=0.2, message="DevUser canary Active")
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers",
-                                           devserver("canary", sshPublicKeys=[KEY_SERVER]))
+                                           devserver("canary", owner="canary@example.com", sshPublicKeys=[KEY_SERVER]))
     wait_ready(sim, kube, ns, "canary", timeout=120)
     assert rt.wait_idle(180)
     # the keys did reach sshd's inputs (the test is not vacuous)
