@@ -59,7 +59,10 @@ def _ours(obj, uid):
 
 
 def _later(when, seconds):
-    return format_time(parse_time(when) + datetime.timedelta(seconds=int(seconds)))
+    try:
+        return format_time(parse_time(when) + datetime.timedelta(seconds=int(seconds)))
+    except OverflowError:   # past year 9999 (a huge TTL): never, as far as a status can say
+        return "9999-12-31T23:59:59Z"
 
 
 def _left(now, when):

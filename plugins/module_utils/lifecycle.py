@@ -424,11 +424,12 @@ def queued_at(cr, now):
     status = (cr or {}).get("status") or {}
     now_s = _seconds(now) if not isinstance(now, int) else now
     for cond in status.get("conditions") or []:
-        if cond.get("type") == "Progressing" and cond.get("status") == "True" and cond.get("lastTransitionTime"):
-            return _time(min(now_s, _seconds(cond["lastTransitionTime"])))
-    created = ((cr or {}).get("metadata") or {}).get("creationTimestamp")
-    if created and not (status.get("reservation") or {}).get("startedAt"):
-        return _time(min(now_s, _seconds(created)))
+        since = _seconds_or_none(cond.get("lastTransitionTime"))
+        if cond.get("type") == "Progressing" and cond.get("status") == "True" and since is not None:
+            return _time(min(now_s, since))
+    created = _seconds_or_none(((cr or {}).get("metadata") or {}).get("creationTimestamp"))
+    if created is not None and not (status.get("reservation") or {}).get("startedAt"):
+        return _time(min(now_s, created))
     return _time(now_s)
 
 

@@ -71,9 +71,13 @@ _SUFFIX_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
 
 def scale(value, factor):
     """``value`` (a quantity) times an integer, keeping its suffix: 20Gi x 3 = 60Gi."""
+    if isinstance(factor, bool) or not isinstance(factor, int):
+        raise ValueError("a quantity scales by a whole number, not %r" % (factor,))
     if factor == 0:
         return "0"
     match = _SUFFIX_RE.match(quantity(value))
+    if not match:
+        raise ValueError("cannot scale the quantity %r" % (value,))
     number, suffix = match.group(1), match.group(2)
     product = parse_quantity(number) * factor
     text = format(product.normalize(), "f") if product != product.to_integral_value() else str(int(product))

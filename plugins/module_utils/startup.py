@@ -81,7 +81,7 @@ def startup(cr, pods, desired_replicas, running, queue=None, now=None):
             return None
         begin = parse_time(meta.get("creationTimestamp") or now)
     else:  # a new start after a complete one: its oldest new pod; now while it waits in Kueue's queue
-        last_ready = parse_time(old.get("readyAt") or old["startedAt"])
+        last_ready = parse_time(old.get("readyAt") or old.get("startedAt"))
         created = [parse_time(p["metadata"]["creationTimestamp"]) for p in pods
                    if (p.get("metadata") or {}).get("creationTimestamp")]
         created = [c for c in created if c >= last_ready]
@@ -123,7 +123,7 @@ def _newer_pods(pods, old):
     """Whether a pod was created after the last start was Ready: a start (a rolling update, a
     replaced pod) that may have completed between two reconciles, so that the server is
     running again before the operator saw it start."""
-    last_ready = parse_time(old.get("readyAt") or old["startedAt"])
+    last_ready = parse_time(old.get("readyAt") or old.get("startedAt"))
     return any(parse_time(p["metadata"]["creationTimestamp"]) > last_ready for p in pods
                if (p.get("metadata") or {}).get("creationTimestamp"))
 

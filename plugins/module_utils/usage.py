@@ -39,9 +39,11 @@ def decimal(value):
     """A non-negative Decimal with 4 places, as the records store hours and money."""
     try:
         number = Decimal(str(value if value not in (None, "") else 0))
-    except InvalidOperation:
+        if not number.is_finite():
+            raise InvalidOperation
+        return max(number, Decimal(0)).quantize(PLACES, rounding=ROUND_HALF_UP)
+    except InvalidOperation:   # also 1e999999, whose 4 places exceed the context's precision
         raise ValueError("not a decimal number: %r" % (value,))
-    return max(number, Decimal(0)).quantize(PLACES, rounding=ROUND_HALF_UP)
 
 
 def _hours(seconds):
