@@ -16,6 +16,8 @@ class FilterModule(object):
     def filters(self):
         return filter_map({
             "usage_record": usage.usage_record,
+            "job_usage_record": usage.job_usage_record,
+            "job_usage_record_name": usage.job_usage_record_name,
             "usage_record_name": usage.usage_record_name,
             "usage_labels": labels.usage_labels,
             "usage_prune": usage.usage_prune,

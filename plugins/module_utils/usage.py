@@ -13,6 +13,11 @@ used never depends on the finalizer.  The DevUser role also deletes a closed rec
 retention has passed.  Its name is ``<server>-<startedAt as Unix seconds>``: a repeated
 reconcile finds the record it would write and writes nothing (usage_write_needed).
 
+EphemeralAccelerationJob and TrainingJob runs leave a record too (spec.kind; job_usage_record):
+written once, closed, when the run ends (Succeeded or Failed), named
+``<eaj|tj>-<job>-<startedAt as Unix seconds>``.  A TrainingJob is one record from its first start
+to its end, its whole-group restarts (and their back-off) included.
+
 Money and hours are decimal strings with 4 places ("12.1200"): exact sums, no floats in the
 API.  Times are RFC 3339 UTC strings with second precision.  docs/api.md "UsageRecord".
 """
@@ -21,16 +26,30 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from ansible_collections.torchdev.operator.plugins.module_utils.durations import parse_retention
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
+    LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PART_OF, MANAGED_BY, OWNER_LABEL, PART_OF)
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
+from ansible_collections.torchdev.operator.plugins.module_utils.labels import owner_label
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
     _seconds, _time, format_time, parse_time, reservation_active, spec_replicas)
 
 # status.reservation.endReason (lifecycle.py, STOP_REASONS) and Deleted (the finalizer).
 END_REASONS = ("Expired", "Cancelled", "Idle", "Stopped", "Deleted")
 DELETED = "Deleted"
+# How a job's run ended (EphemeralAccelerationJob phase, TrainingJob state Completed/Failed).
+JOB_END_REASONS = ("Succeeded", "Failed")
+# Every endReason a record may have (the CRD's enum), in the order the summary lists them.
+RECORD_END_REASONS = END_REASONS + JOB_END_REASONS
+# spec.kind: the kind of the object the record is about (absent: DevServer, records before it).
+KINDS = ("DevServer", "TrainingJob", "EphemeralAccelerationJob")
+# A job's record name starts with its kind's prefix: never the name of a DevServer's record.
+JOB_RECORD_PREFIX = {"EphemeralAccelerationJob": "eaj", "TrainingJob": "tj"}
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+MAX_GPUS = 16384
 # The operator setting TORCHDEV_USAGE_RETENTION (roles' defaults) when it is not set.
 DEFAULT_RETENTION = "90d"
 PLACES = Decimal("0.0001")
@@ -150,6 +169,79 @@ def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEF
     return {"name": name, "spec": usage_spec(cr, ended, flavor_spec, user)}
 
 
+def _count(value, lowest=0):
+    """A whole number from a spec the API validated (None when it is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        return None
+    return number if lowest <= number <= MAX_GPUS else None
+
+
+def _run_of(kind, job, decision):
+    """(started, ended, endReason, replicas, GPUs per replica) of a finished job run, or None."""
+    spec = (job or {}).get("spec") if isinstance((job or {}).get("spec"), dict) else {}
+    decision = decision if isinstance(decision, dict) else {}
+    if kind == "EphemeralAccelerationJob":
+        reason = {"Succeeded": "Succeeded", "Failed": "Failed"}.get(decision.get("phase"))
+        started, ended = decision.get("startedAt"), decision.get("finishedAt")
+        resources = spec.get("resources") if isinstance(spec.get("resources"), dict) else {}
+        replicas, per_replica = 1, _count(resources.get("gpu", 0))
+    elif kind == "TrainingJob":
+        reason = {"Completed": "Succeeded", "Failed": "Failed"}.get(decision.get("state"))
+        started, ended = decision.get("startTime"), decision.get("completionTime")
+        replicas, per_replica = _count(spec.get("numWorkers", 1), 1), _count(spec.get("gpusPerWorker", 0))
+    else:
+        return None
+    if not reason or not started or not ended or replicas is None or per_replica is None:
+        return None
+    try:
+        return _seconds(started), _seconds(ended), reason, replicas, per_replica
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+def job_usage_record_name(job, decision, kind="EphemeralAccelerationJob"):
+    """The name of the record job_usage_record writes for the finished run ``decision`` saw,
+    whoever is billed, or "" (no run to record): what the roles read before writing it."""
+    record = job_usage_record(job, decision, "x@x.x", kind)
+    return record["name"] if record else ""
+
+
+def job_usage_record(job, decision, user, kind="EphemeralAccelerationJob"):
+    """{name, spec} of the closed UsageRecord of a finished run of the job ``job`` (``kind``:
+    EphemeralAccelerationJob or TrainingJob) as this reconcile's ``decision`` saw it, or None:
+    no record while it runs, for a run whose pods never started (no startedAt/startTime: it
+    used nothing), or when ``user`` (the e-mail of the namespace's DevUser) is not an e-mail
+    (a namespace without a DevUser: no one to bill, docs/api.md).  GPUs: the pod's
+    spec.resources.gpu (EphemeralAccelerationJob, 1 replica) or numWorkers x gpusPerWorker
+    (TrainingJob, numWorkers replicas); startedAt: when the pod ran (the Job started: Kueue
+    admitted it); endedAt: its end; endReason Succeeded or Failed; queuedAt: the job's
+    creation.  ``labels``: the record's (its owner label selects a user's records).  A job has no flavor: no flavor, pricePerHour 0, so cost 0 (close_spec)."""
+    if kind not in JOB_RECORD_PREFIX or not isinstance(user, str) or len(user) > 254 or not _EMAIL.match(user):
+        return None
+    meta = (job or {}).get("metadata") if isinstance(job, dict) and isinstance(job.get("metadata"), dict) else {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    run = _run_of(kind, job, decision)
+    if run is None:
+        return None
+    started, ended, reason, replicas, per_replica = run
+    try:
+        queued = min(_seconds(meta.get("creationTimestamp") or started), started)
+    except (ValueError, TypeError, OverflowError):
+        queued = started
+    record = {"kind": kind, "user": user, "server": name, "replicas": replicas, "gpus": replicas * per_replica,
+              "pricePerHour": str(decimal(0)), "queuedAt": _time(queued), "startedAt": _time(started)}
+    labels = {LABEL_NAME: "usagerecord", LABEL_INSTANCE: name, LABEL_PART_OF: PART_OF, LABEL_MANAGED_BY: MANAGED_BY,
+              LABEL_COMPONENT: JOB_RECORD_PREFIX[kind], OWNER_LABEL: owner_label(user)}
+    return {"name": "%s-%s-%d" % (JOB_RECORD_PREFIX[kind], name, started), "labels": labels,
+            "spec": close_spec(record, _time(ended), reason)}
+
+
 def usage_write_needed(observed, desired):
     """Whether the role writes ``desired`` ({name, spec} from usage_record, or None) given the
     record ``observed`` read by the name of status.reservation (None when missing): never a closed
@@ -219,17 +311,22 @@ def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None, servers=
         spec = (record or {}).get("spec") or {}
         if meta.get("deletionTimestamp"):
             continue
-        if not spec.get("endedAt"):
-            # Only a DevServer's record (no spec.kind, or DevServer) is checked against the DevServers.
-            if servers is None or spec.get("kind", "DevServer") != "DevServer" or not orphaned(spec, servers):
-                still_open = True
-                continue
-            end = min(_seconds(now), _seconds(spec.get("expiresAt") or now))
-            spec = close_spec(spec, _time(end), DELETED)
-            if _seconds(spec["endedAt"]) > limit:  # else deleted at once: no need to close it first
-                close.append({"name": meta.get("name"), "labels": meta.get("labels") or {}, "spec": spec})
-        ended = _ended({"metadata": meta, "spec": spec})
-        (delete if _seconds(ended) <= limit else keep).append((meta.get("name"), ended))
+        try:
+            if not spec.get("endedAt"):
+                # Only a DevServer's record (no spec.kind, or DevServer) is checked against the DevServers.
+                if servers is None or spec.get("kind", "DevServer") != "DevServer" or not orphaned(spec, servers):
+                    still_open = True
+                    continue
+                end = min(_seconds(now), _seconds(spec.get("expiresAt") or now))
+                spec = close_spec(spec, _time(end), DELETED)
+                if _seconds(spec["endedAt"]) > limit:  # else deleted at once: no need to close it first
+                    close.append({"name": meta.get("name"), "labels": meta.get("labels") or {}, "spec": spec})
+            ended = _ended({"metadata": meta, "spec": spec})
+            (delete if _seconds(ended) <= limit else keep).append((meta.get("name"), ended))
+        except (ValueError, TypeError, AttributeError):
+            # A time it cannot read (the CRD's date-time format keeps them out): left alone, never
+            # deleted, and read again at the next reconcile.
+            still_open = True
     oldest = min((_seconds(ended) for _, ended in keep), default=None)
     oldest = None if oldest is None else _time(oldest)
     due = usage_prune_due(oldest, now, retention, period) if oldest else {"requeue": ""}
@@ -239,7 +336,7 @@ def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None, servers=
 
 # --------------------------------------------------------------------------- the summary
 def _empty(key):
-    return {"key": key, "launched": 0, "ended": dict((reason, 0) for reason in END_REASONS),
+    return {"key": key, "launched": 0, "ended": dict((reason, 0) for reason in RECORD_END_REASONS),
             "earlyCancellations": 0, "meanWaitSeconds": 0, "gpuHours": "0.0000", "cost": "0.0000",
             "idleSavedGPUHours": "0.0000"}
 
@@ -258,18 +355,22 @@ def _add(row, spec, waits):
         row[field] = str(decimal(Decimal(row[field]) + decimal(spec.get(field))))
 
 
-def usage_summary(records, since=None, user=None):
-    """Aggregate UsageRecords (objects or their specs) per user, per flavor and in total:
+def usage_summary(records, since=None, user=None, kind=None):
+    """Aggregate UsageRecords (objects or their specs) per user, per flavor, per kind (spec.kind,
+    absent: DevServer) and in total:
     reservations launched, ended by reason, early cancellations (Cancelled before expiresAt),
     the mean wait (startedAt - queuedAt, whole seconds), GPU-hours, cost and the GPU-hours
     an idle shutdown saved.  ``since``: only records that ended at or after that time;
     ``user``: only that user's records.  Open records (reservations under way: no endedAt) are
     not aggregated, only counted (``running``): what they used is known when they end.
-    Returns {records, running, byUser, byFlavor, total}, rows sorted by key."""
+    ``kind``: only records of that kind.
+    Returns {records, running, byUser, byFlavor, byKind, total}, rows sorted by key."""
     specs, running = [], 0
     for record in records or []:
         spec = record.get("spec") if isinstance(record.get("spec"), dict) else record
         if user and spec.get("user") != user:
+            continue
+        if kind and (spec.get("kind") or "DevServer") != kind:
             continue
         if not spec.get("endedAt"):
             running += 1
@@ -278,10 +379,10 @@ def usage_summary(records, since=None, user=None):
             continue
         specs.append(spec)
     result = {"records": len(specs), "running": running}
-    for group, field in (("byUser", "user"), ("byFlavor", "flavor")):
+    for group, field in (("byUser", "user"), ("byFlavor", "flavor"), ("byKind", "kind")):
         rows, waits = {}, {}
         for spec in specs:
-            key = spec.get(field) or ""
+            key = spec.get(field) or ("DevServer" if field == "kind" else "")
             _add(rows.setdefault(key, _empty(key)), spec, waits.setdefault(key, []))
         for key, row in rows.items():
             row["meanWaitSeconds"] = int(round(sum(waits[key]) / float(len(waits[key])))) if waits[key] else 0

@@ -352,7 +352,8 @@ FUZZED = {
     "trainingjob_status": ["duration", "backoff", "worker_failure", "image_pull_failure", "decide", "status",
                            "rejected_status", "requeue", "ledger", "ledger_of", "ledger_patch"],
     "usage": ["decimal", "record_name", "usage_record_name", "ended_reservation", "close_spec", "usage_spec",
-              "usage_record", "usage_write_needed", "usage_prune_due", "orphaned", "usage_prune", "usage_summary"],
+              "usage_record", "usage_write_needed", "usage_prune_due", "orphaned", "usage_prune", "usage_summary",
+              "job_usage_record", "job_usage_record_name"],
 }
 
 # Parsers: ValueError with a message is their answer to a bad value (their callers catch it

@@ -267,7 +267,7 @@ def rec(user="jane@example.com", flavor="gpu-a10g-1", reason="Expired", started=
 
 
 def zero_reasons(**counts):
-    return {reason: counts.get(reason, 0) for reason in usage.END_REASONS}
+    return {reason: counts.get(reason, 0) for reason in usage.RECORD_END_REASONS}
 
 
 # (id, records, since, user, expected total (subset), expected byUser keys, expected byFlavor keys)
@@ -336,3 +336,85 @@ def test_usage_summary_counts_open_records_apart():
     assert out["records"] == 1 and out["running"] == 2
     assert out["total"]["launched"] == 1 and out["total"]["gpuHours"] == "1.0000"
     assert usage.usage_summary([open_record()], user="ada@example.com")["running"] == 0
+
+
+# --------------------------------------------------------------------------- jobs' records (issue 25.3)
+def eaj(gpu=1, name="infer", created=at(-120)):
+    return {"metadata": {"name": name, "namespace": "dev-jane", "creationTimestamp": created},
+            "spec": {"resources": {"gpu": gpu}}}
+
+
+def tj(workers=4, per_worker=2, name="train", created=at(-300)):
+    return {"metadata": {"name": name, "namespace": "dev-jane", "creationTimestamp": created},
+            "spec": {"numWorkers": workers, "gpusPerWorker": per_worker}}
+
+
+def eaj_run(phase="Succeeded", started=0, finished=1800):
+    return {"phase": phase, "startedAt": at(started) if started is not None else None,
+            "finishedAt": at(finished) if finished is not None else None}
+
+
+def tj_run(state="Completed", started=0, completed=7200):
+    return {"state": state, "startTime": at(started) if started is not None else None,
+            "completionTime": at(completed) if completed is not None else None}
+
+
+JANE = "jane@example.com"
+# (id, kind, job, decision, user, expected spec subset (None: no record), expected name)
+JOB_RECORDS = [
+    ("EAJ succeeded: its pod's GPU for 30 min", "EphemeralAccelerationJob", eaj(), eaj_run(), JANE,
+     {"kind": "EphemeralAccelerationJob", "server": "infer", "replicas": 1, "gpus": 1, "endReason": "Succeeded",
+      "gpuHours": "0.5000", "cost": "0.0000", "pricePerHour": "0.0000", "queuedAt": at(-120), "startedAt": T0,
+      "endedAt": at(1800), "user": JANE}, "eaj-infer-%d" % EPOCH_T0),
+    ("EAJ failed on the CPU: 0 GPUs", "EphemeralAccelerationJob", eaj(gpu=0), eaj_run("Failed", 0, 60), JANE,
+     {"gpus": 0, "gpuHours": "0.0000", "endReason": "Failed"}, "eaj-infer-%d" % EPOCH_T0),
+    ("EAJ still running: no record", "EphemeralAccelerationJob", eaj(), dict(eaj_run("Running"), finishedAt=None), JANE,
+     None, ""),
+    ("EAJ failed before its pod ran (image pull): nothing used", "EphemeralAccelerationJob", eaj(),
+     eaj_run("Failed", None, 60), JANE, None, ""),
+    ("TrainingJob completed: 4 workers x 2 GPUs for 2 h", "TrainingJob", tj(), tj_run(), JANE,
+     {"kind": "TrainingJob", "server": "train", "replicas": 4, "gpus": 8, "gpuHours": "16.0000",
+      "endReason": "Succeeded", "queuedAt": at(-300)}, "tj-train-%d" % EPOCH_T0),
+    ("TrainingJob failed after restarts: one record from its first start", "TrainingJob", tj(1, 1),
+     tj_run("Failed", 0, 5400), JANE, {"gpus": 1, "gpuHours": "1.5000", "endReason": "Failed"}, "tj-train-%d" % EPOCH_T0),
+    ("TrainingJob queued then deleted from the queue: never started", "TrainingJob", tj(), tj_run("Failed", None), JANE,
+     None, ""),
+    ("TrainingJob running", "TrainingJob", tj(), tj_run("Running", 0, None), JANE, None, ""),
+    ("no DevUser in the namespace: no one to bill", "TrainingJob", tj(), tj_run(), "", None, "tj-train-%d" % EPOCH_T0),
+    ("a user that is not an e-mail", "EphemeralAccelerationJob", eaj(), eaj_run(), "dev-jane", None,
+     "eaj-infer-%d" % EPOCH_T0),
+    ("an end before the start counts 0 h", "EphemeralAccelerationJob", eaj(), eaj_run("Succeeded", 600, 0), JANE,
+     {"gpuHours": "0.0000", "endedAt": at(600)}, "eaj-infer-%d" % (EPOCH_T0 + 600)),
+    ("a hostile GPU count: no record", "EphemeralAccelerationJob", eaj(gpu="{{ 9**9 }}"), eaj_run(), JANE, None, ""),
+    ("not a job kind", "DevServer", eaj(), eaj_run(), JANE, None, ""),
+]
+
+
+@pytest.mark.parametrize("kind,job,decision,user,expected,name",
+                         [pytest.param(*row[1:], id=row[0]) for row in JOB_RECORDS])
+def test_job_usage_record(kind, job, decision, user, expected, name):
+    record = usage.job_usage_record(job, decision, user, kind)
+    assert usage.job_usage_record_name(job, decision, kind) == name
+    if expected is None:
+        assert record is None
+        return
+    assert record["name"] == name
+    assert {k: record["spec"][k] for k in expected} == expected
+    assert "flavor" not in record["spec"] and record["spec"]["idleSavedGPUHours"] == "0.0000"
+    assert record["labels"]["torchdev.io/owner"] == "jane_at_example.com"
+    # written once: an existing (closed) record is never written again; a missing one is
+    assert usage.usage_write_needed(None, record) is True
+    assert usage.usage_write_needed({"metadata": {"name": name}, "spec": record["spec"]}, record) is False
+
+
+def test_summary_by_kind():
+    """devctl usage by kind: a job's records are summed apart from the DevServers' (issue 25.3)."""
+    job = usage.job_usage_record(tj(), tj_run(), JANE, "TrainingJob")["spec"]
+    infer = usage.job_usage_record(eaj(), eaj_run(), JANE)["spec"]
+    summary = usage.usage_summary([rec(), {"spec": job}, {"spec": infer}])
+    assert [(row["key"], row["launched"], row["gpuHours"]) for row in summary["byKind"]] == [
+        ("DevServer", 1, "1.0000"), ("EphemeralAccelerationJob", 1, "0.5000"), ("TrainingJob", 1, "16.0000")]
+    assert summary["total"]["ended"]["Succeeded"] == 2 and summary["total"]["gpuHours"] == "17.5000"
+    only = usage.usage_summary([rec(), {"spec": job}], kind="TrainingJob")
+    assert only["records"] == 1 and [row["key"] for row in only["byKind"]] == ["TrainingJob"]
+    assert usage.usage_summary([rec()], kind="DevServer")["records"] == 1
