@@ -251,10 +251,11 @@ def test_usagerecord_names_and_columns():
     assert v["served"] and v["storage"] and "subresources" not in v  # no status: nothing reconciles a record
     assert set(v["schema"]["openAPIV3Schema"]["properties"]) == {"apiVersion", "kind", "metadata", "spec"}
     assert [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")] == \
-        ["User", "Server", "Flavor", "GPUs", "Reason", "GPU-Hours", "Cost", "Ended", "Age"]
+        ["Kind", "User", "Server", "Flavor", "GPUs", "Reason", "GPU-Hours", "Cost", "Ended", "Age"]
     props = root_schema(crd)["properties"]["spec"]["properties"]
-    from ansible_collections.torchdev.operator.plugins.module_utils.usage import END_REASONS
-    assert props["endReason"]["enum"] == list(END_REASONS)
+    from ansible_collections.torchdev.operator.plugins.module_utils.usage import KINDS, RECORD_END_REASONS
+    assert props["endReason"]["enum"] == list(RECORD_END_REASONS)
+    assert sorted(props["kind"]["enum"]) == sorted(KINDS)  # issue 25.3: jobs' records
 
 
 @pytest.mark.parametrize("kind", [k for k in CRDS if k != "UsageRecord"])  # a record has no status
@@ -501,6 +502,7 @@ def test_invalid_devservers(models, ApiError, obj, field, text):
 def usage_record(**spec: Any) -> dict:
     obj = load(SAMPLES_DIR / "torchdev_v1alpha1_usagerecord.yaml")
     obj["spec"].update(spec)
+    obj["spec"] = {k: v for k, v in obj["spec"].items() if v is not None}
     return obj
 
 
@@ -514,7 +516,21 @@ INVALID_USAGE_RECORDS = [
     ("user-not-email", {"user": "jane"}, "spec.user", "user must be an e-mail address"),
     ("bad-time", {"endedAt": "yesterday"}, "spec.endedAt", "date-time"),
     ("no-replicas", {"replicas": 0}, "spec.replicas", "greater than or equal to 1"),
+    # issue 25.3: jobs' records (spec.kind)
+    ("unknown-kind", {"kind": "Pod"}, "spec.kind", "Unsupported value"),
+    ("job-reason-on-a-devserver", {"endReason": "Succeeded"}, "spec.endReason", "endReason must be Succeeded or Failed"),
+    ("devserver-reason-on-a-job", {"kind": "TrainingJob", "endReason": "Expired"}, "spec.endReason",
+     "endReason must be Succeeded or Failed"),
+    ("devserver-without-flavor", {"flavor": None}, "spec.flavor", "flavor is required in the record of a DevServer"),
 ]
+
+
+def test_job_usage_records_are_admitted(models):
+    """A job's record (issue 25.3): kind, no flavor, endReason Succeeded or Failed."""
+    for kind, reason in (("EphemeralAccelerationJob", "Succeeded"), ("TrainingJob", "Failed")):
+        obj = usage_record(kind=kind, endReason=reason, pricePerHour="0", cost="0.0000")
+        del obj["spec"]["flavor"]
+        assert models["UsageRecord"].admit(obj)["spec"]["kind"] == kind
 
 
 @pytest.mark.parametrize("mutation,field,text", [pytest.param(m, f, t, id=i) for i, m, f, t in INVALID_USAGE_RECORDS])
