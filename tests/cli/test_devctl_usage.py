@@ -57,7 +57,8 @@ def test_json_aggregates_per_user_and_flavor(devctl, history, ns):
     assert report["namespace"] == ns and report["records"] == 5  # the 40-day-old one is outside --since 30d
     total = report["total"]
     assert total["launched"] == 5
-    assert total["ended"] == {"Expired": 1, "Cancelled": 1, "Idle": 1, "Stopped": 2, "Deleted": 0}
+    assert total["ended"] == {"Expired": 1, "Cancelled": 1, "Idle": 1, "Stopped": 2, "Deleted": 0, "Succeeded": 0,
+                              "Failed": 0}
     assert total["earlyCancellations"] == 1
     assert total["meanWaitSeconds"] == (30 + 90 + 0 + 600 + 120) // 5
     assert total["gpuHours"] == "15.0000"  # 2 + 1 + 1 + 8 + 3
@@ -87,7 +88,8 @@ def test_csv_is_one_row_per_user_flavor_and_total(devctl, history):
     assert result.exit_code == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [(r["group"], r["key"]) for r in rows] == [
-        ("user", ADA), ("user", JANE), ("flavor", "gpu-a10g-1"), ("flavor", "gpu-h100-8"), ("total", "")]
+        ("user", ADA), ("user", JANE), ("flavor", "gpu-a10g-1"), ("flavor", "gpu-h100-8"), ("kind", "DevServer"),
+        ("total", "")]
     total = rows[-1]
     assert (total["launched"], total["expired"], total["cancelled"], total["earlyCancellations"], total["idle"],
             total["stopped"], total["deleted"]) == ("5", "1", "1", "1", "1", "2", "0")
@@ -107,12 +109,13 @@ def test_yaml_matches_json(devctl, history):
 def test_table(devctl, history):
     result = devctl("usage")
     assert result.exit_code == 0, result.stderr
-    users, flavors = result.stdout.strip().split("\n\n")
+    users, flavors, kinds = result.stdout.strip().split("\n\n")
     header, *rows = [line.split() for line in users.splitlines()]
     assert header[:3] == ["USER", "LAUNCHED", "EXPIRED"] and header[-1] == "IDLE-SAVED-GPU-H"
     assert [r[0] for r in rows] == [ADA, JANE, "TOTAL"]
     assert rows[-1][:5] == ["TOTAL", "5", "1", "1", "(1"] and rows[-1][-3:] == ["15.00", "$106.80", "1.00"]
     assert [line.split()[0] for line in flavors.splitlines()] == ["FLAVOR", "gpu-a10g-1", "gpu-h100-8", "TOTAL"]
+    assert [line.split()[0] for line in kinds.splitlines()] == ["KIND", "DevServer", "TOTAL"]
 
 
 def test_all_namespaces(devctl, sim, cluster, history):
@@ -186,3 +189,39 @@ def test_a_reservation_still_running_is_counted_apart(devctl, history, cluster):
         report = json.loads(result.stdout)
         assert report["running"] == 1 and "1 reservation(s) still running" in result.stderr
         assert report["total"]["launched"] == (5 if since == "30d" else 6)
+
+
+def job_record(cluster, name, kind, gpus, hours, reason="Succeeded", replicas=1) -> dict:
+    """A job's record as the operator writes it (module_utils/usage.py job_usage_record): kind, no flavor, price 0."""
+    ended = datetime.now(timezone.utc) - timedelta(hours=1)
+    started = ended - timedelta(hours=hours)
+    stamp = lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    return cluster.custom.create_namespaced_custom_object(GROUP, VERSION, cluster.ns, "usagerecords", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "UsageRecord", "metadata": {"name": name},
+        "spec": {"kind": kind, "user": JANE, "server": name, "replicas": replicas, "gpus": gpus, "pricePerHour": "0",
+                 "queuedAt": stamp(started), "startedAt": stamp(started), "endedAt": stamp(ended), "endReason": reason,
+                 "gpuHours": "%.4f" % (hours * gpus), "cost": "0.0000", "idleSavedGPUHours": "0.0000"}})
+
+
+def test_usage_by_kind(devctl, history, cluster):
+    """Issue 25.3: EphemeralAccelerationJob and TrainingJob runs are shown (and filtered) by kind."""
+    job_record(cluster, "eaj-infer-1", "EphemeralAccelerationJob", gpus=1, hours=2)
+    job_record(cluster, "tj-train-1", "TrainingJob", gpus=8, hours=3, reason="Failed", replicas=4)
+    report = as_json(devctl("usage", "-o", "json"))
+    kinds = {row["kind"]: row for row in report["byKind"]}
+    assert list(kinds) == ["DevServer", "EphemeralAccelerationJob", "TrainingJob"]
+    assert (kinds["DevServer"]["launched"], kinds["DevServer"]["gpuHours"]) == (5, "15.0000")
+    assert (kinds["EphemeralAccelerationJob"]["gpuHours"], kinds["EphemeralAccelerationJob"]["ended"]["Succeeded"]) == \
+        ("2.0000", 1)
+    assert (kinds["TrainingJob"]["gpuHours"], kinds["TrainingJob"]["ended"]["Failed"]) == ("24.0000", 1)
+    assert report["total"]["gpuHours"] == "41.0000" and report["total"]["launched"] == 7
+    only = as_json(devctl("usage", "-o", "json", "--kind", "TrainingJob"))
+    assert only["kind"] == "TrainingJob" and only["records"] == 1 and only["total"]["gpuHours"] == "24.0000"
+    assert [row["kind"] for row in only["byKind"]] == ["TrainingJob"]
+    table = devctl("usage", "--kind", "EphemeralAccelerationJob")
+    assert table.exit_code == 0, table.stderr
+    kinds_table = table.stdout.strip().split("\n\n")[2]
+    assert [line.split()[0] for line in kinds_table.splitlines()] == ["KIND", "EphemeralAccelerationJob", "TOTAL"]
+    assert "-" in [line.split()[0] for line in table.stdout.strip().split("\n\n")[1].splitlines()]  # no flavor
+    bad = devctl("usage", "--kind", "Pod")
+    assert bad.exit_code == 2 and "Pod" in bad.stderr
