@@ -61,3 +61,15 @@ def wait_degraded(sim, kube, ns, name, reason, timeout=60) -> dict:
 def warning_events(kube, ns, name, reason) -> list:
     events = kube["core"].list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     return [e for e in events if e.type == "Warning" and e.reason == reason]
+
+
+def bill_to(kube, ns: str, email: str) -> None:
+    """Make ``ns`` a DevUser's namespace (the DevUser object and the namespace's torchdev.io/user
+    label, as the devuser role leaves them; no devuser watch runs): its usage is billed to ``email``."""
+    kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devusers", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "DevUser", "metadata": {"name": ns}, "spec": {"email": email}})
+    kube["core"].patch_namespace(ns, {"metadata": {"labels": {"torchdev.io/user": ns}}})
+
+
+def usage_records(kube, ns: str) -> list:
+    return kube["custom"].list_namespaced_custom_object(GROUP, VERSION, ns, "usagerecords")["items"]

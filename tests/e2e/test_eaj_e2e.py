@@ -261,3 +261,34 @@ def test_the_runners_failure_reaches_the_status(sim, kube, runtime, ns, tmp_path
     assert result.output.strip().splitlines()[-1] == \
         "error: job nofile failed (InputNotFound): input image /artifacts/missing.jpg does not exist"
     assert wait_phase(sim, kube, ns, "nofile", "Failed")["status"]["exitCode"] == 3
+
+
+def test_a_finished_run_leaves_one_usage_record(sim, kube, runtime, ns):
+    """Issue 25.3: a GPU job that ran leaves one closed UsageRecord (kind EphemeralAccelerationJob,
+    billed to the namespace's DevUser), written once: later reconciles write nothing."""
+    from _e2e_helpers import bill_to, usage_records
+
+    bill_to(kube, ns, "jane@example.com")
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(
+        "billed", resources={"gpu": 1}, ttlSecondsAfterFinished=2, pvcTTLSecondsAfterFinished=3))
+    wait_phase(sim, kube, ns, "billed", "Running")
+    assert usage_records(kube, ns) == []  # written when the run ends
+    end_pod(kube, ns, "billed", **{"kubesim.io/succeed-after": "9"})  # the container runs 9 s
+    done = wait_phase(sim, kube, ns, "billed", "Succeeded")["status"]
+    records = sim.wait_for(lambda: usage_records(kube, ns), 30, interval=0.1, message="the usage record")
+    started, finished = parse(done["startedAt"]), parse(done["finishedAt"])
+    assert [r["metadata"]["name"] for r in records] == ["eaj-billed-%d" % started.timestamp()]
+    record = records[0]
+    assert not record["metadata"].get("ownerReferences")  # it outlives the job
+    hours = (finished - started).total_seconds() / 3600
+    assert record["spec"] == {
+        "kind": "EphemeralAccelerationJob", "user": "jane@example.com", "server": "billed", "replicas": 1, "gpus": 1,
+        "pricePerHour": "0.0000", "queuedAt": record["spec"]["queuedAt"], "startedAt": done["startedAt"],
+        "endedAt": done["finishedAt"], "endReason": "Succeeded", "gpuHours": "%.4f" % hours, "cost": "0.0000",
+        "idleSavedGPUHours": "0.0000"}
+    assert finished - started == datetime.timedelta(seconds=9) and record["spec"]["gpuHours"] == "0.0025"  # 1 GPU x 9 s
+    # the later reconciles (the pod's and the volume's TTLs) write the record no more
+    sim.wait_for(lambda: claim_of(kube, ns, "billed") is None, 60, interval=0.1, message="the volume's TTL")
+    writes = [r for r in sim.requests(20000) if r["verb"] in ("create", "patch", "update")
+              and "/usagerecords" in r["path"] and f"/namespaces/{ns}/" in r["path"]]
+    assert len(writes) == 1, writes

@@ -241,3 +241,41 @@ def test_checkpoints_stay_in_the_namespace(sim, kube, runtime, ns):
     with pytest.raises(ApiException) as err:
         batch(kube).read_namespaced_job("stolen", ns)
     assert err.value.status == 404
+
+
+def test_a_finished_run_leaves_one_usage_record(sim, kube, runtime, ns):
+    """Issue 25.3: a TrainingJob that ran leaves one closed UsageRecord (kind TrainingJob, workers x
+    GPUs per worker, from its start to its completion), billed to the namespace's DevUser, written once."""
+    import datetime
+
+    from _e2e_helpers import bill_to, usage_records
+
+    bill_to(kube, ns, "jane@example.com")
+    create(kube, ns, tj("billed", gpusPerWorker=1))
+    wait_state(sim, kube, ns, "billed", "Running")
+    assert usage_records(kube, ns) == []  # written when the run ends
+    annotate_workers(kube, ns, "billed", {"kubesim.io/succeed-after": "5"})
+    st = wait_state(sim, kube, ns, "billed", "Completed")["status"]
+    records = sim.wait_for(lambda: usage_records(kube, ns), 30, interval=0.1, message="the usage record")
+    parse = lambda ts: datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    started, ended = parse(st["startTime"]), parse(st["completionTime"])
+    assert [r["metadata"]["name"] for r in records] == [
+        "tj-billed-%d" % started.replace(tzinfo=datetime.timezone.utc).timestamp()]
+    spec = records[0]["spec"]
+    assert not records[0]["metadata"].get("ownerReferences")  # it outlives the job
+    assert ended - started >= datetime.timedelta(seconds=5)
+    assert {k: spec[k] for k in ("kind", "user", "server", "replicas", "gpus", "startedAt", "endedAt", "endReason",
+                                 "cost", "pricePerHour")} == {
+        "kind": "TrainingJob", "user": "jane@example.com", "server": "billed", "replicas": 2, "gpus": 2,
+        "startedAt": st["startTime"], "endedAt": st["completionTime"], "endReason": "Succeeded", "cost": "0.0000",
+        "pricePerHour": "0.0000"}
+    assert spec["gpuHours"] == "%.4f" % (2 * (ended - started).total_seconds() / 3600) and float(spec["gpuHours"]) > 0
+    # a reconcile of the finished job (an edit of its labels) writes the record no more
+    before = len([r for r in runtime.history("TrainingJob") if r.name == "billed"])
+    kube["custom"].patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "billed",
+                                                  {"metadata": {"labels": {"touched": "yes"}}})
+    sim.wait_for(lambda: len([r for r in runtime.history("TrainingJob") if r.name == "billed"]) > before, 60,
+                 interval=0.1, message="a reconcile of the finished job")
+    writes = [r for r in sim.requests(20000) if r["verb"] in ("create", "patch", "update")
+              and "/usagerecords" in r["path"] and f"/namespaces/{ns}/" in r["path"]]
+    assert len(writes) == 1, writes
