@@ -92,27 +92,40 @@ def test_a_planted_checkpoint_is_refused_and_never_run(tmp_path, where, capsys):
     assert "refused to unpickle" in capsys.readouterr().out
 
 
+# Run in a fresh interpreter, as in a worker pod: the optimizers import torch._dynamo, which
+# fails in a pytest worker where an earlier test file imported ansible (ansible-core 2.19
+# replaces sys.intern, which torch._dynamo wraps).
+ROUND_TRIP = """
+import sys
+import torch
+import torchdev_train as tt
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+for opt in (torch.optim.Adam(model.parameters(), lr=0.01),
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)):
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3, "loss": 0.25,
+             "name": "mlp", "history": [1.0, 0.5], "shape": (2, 3), "extra": {"seen": None, "ok": True}}
+    ckpt = tt.Checkpoints(sys.argv[1] + "/" + type(opt).__name__)
+    ckpt.save(3, state)
+    got = ckpt.load()
+    assert got["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
+    assert all(torch.equal(got["model"][k], v) for k, v in state["model"].items())
+    keys = ("epoch", "loss", "name", "history", "shape", "extra")
+    assert {k: got[k] for k in keys} == {k: state[k] for k in keys}, got
+    fresh = type(opt)(model.parameters(), lr=1.0)
+    fresh.load_state_dict(got["optimizer"])  # what resume() hands the training script loads
+print("round-trip ok")
+"""
+
+
 def test_what_the_library_saves_loads_with_weights_only(tmp_path):
     """Model and optimizer state (tensors, numbers, strings, lists, dicts, tuples) round-trip."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
-    for opt in (torch.optim.Adam(model.parameters(), lr=0.01), torch.optim.SGD(model.parameters(), lr=0.1,
-                                                                                momentum=0.9)):
-        model(torch.randn(5, 4)).sum().backward()
-        opt.step()
-        state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3, "loss": 0.25,
-                 "name": "mlp", "history": [1.0, 0.5], "shape": (2, 3), "extra": {"seen": None, "ok": True}}
-        ckpt = tt.Checkpoints(str(tmp_path / type(opt).__name__))
-        ckpt.save(3, state)
-        got = ckpt.load()
-        assert got["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
-        assert all(torch.equal(got["model"][k], v) for k, v in state["model"].items())
-        assert {k: got[k] for k in ("epoch", "loss", "name", "history", "shape", "extra")} == \
-            {k: state[k] for k in ("epoch", "loss", "name", "history", "shape", "extra")}
-        fresh = type(opt)(model.parameters(), lr=1.0)
-        fresh.load_state_dict(got["optimizer"])  # what resume() hands the training script loads
+    out = subprocess.run([sys.executable, "-c", ROUND_TRIP, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "round-trip ok" in out.stdout, out.stdout + out.stderr
 
 
 # -- success policy ----------------------------------------------------------------------------------
