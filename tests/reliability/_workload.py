@@ -259,6 +259,10 @@ class Burst:
 
     def _create(self, p: Primary) -> None:
         obj = BUILDERS[p.resource](p.name, p.shape)
+        if p.resource == DEVSERVERS and p.namespace.startswith("dev-"):
+            # a server in a DevUser's namespace dev-<user> is owned by that user (devuser():
+            # <user>@example.com); any other owner is OwnerMismatch (docs/api.md)
+            obj["spec"]["owner"] = p.namespace[len("dev-"):] + "@example.com"
         created = self.sim.call(self.sim.api.create, p.resource, obj, p.namespace or None)
         self.uids[p] = created["metadata"]["uid"]
 
