@@ -19,11 +19,13 @@ from typing import Any
 
 import click
 
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import EMAIL_PATTERN
+
 from .errors import DevctlError
 from .output import output_option, print_object
 
 KNOWN_KEYS = ("namespace", "owner")
-EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+EMAIL_RE = re.compile(EMAIL_PATTERN)
 DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 

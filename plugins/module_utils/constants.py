@@ -29,6 +29,9 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 DEVSERVER_LABEL = API_GROUP + "/devserver"
 OWNER_LABEL = API_GROUP + "/owner"
+# An e-mail address as the CRDs check it (DevServer spec.owner, DevUser spec.email, UsageRecord
+# spec.user); devctl checks its flags with the same pattern.
+EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 FLAVOR_LABEL = API_GROUP + "/flavor"
 # On a DevUser's namespace (and every object its role renders): the DevUser's name.
 USER_LABEL = API_GROUP + "/user"

@@ -31,7 +31,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from ansible_collections.torchdev.operator.plugins.module_utils.durations import parse_retention
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
-    LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PART_OF, MANAGED_BY, OWNER_LABEL, PART_OF)
+    EMAIL_PATTERN, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PART_OF, MANAGED_BY, OWNER_LABEL, PART_OF)
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
 from ansible_collections.torchdev.operator.plugins.module_utils.labels import owner_label
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
@@ -48,7 +48,7 @@ RECORD_END_REASONS = END_REASONS + JOB_END_REASONS
 KINDS = ("DevServer", "TrainingJob", "EphemeralAccelerationJob")
 # A job's record name starts with its kind's prefix: never the name of a DevServer's record.
 JOB_RECORD_PREFIX = {"EphemeralAccelerationJob": "eaj", "TrainingJob": "tj"}
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_EMAIL = re.compile(EMAIL_PATTERN)
 MAX_GPUS = 16384
 # The operator setting TORCHDEV_USAGE_RETENTION (roles' defaults) when it is not set.
 DEFAULT_RETENTION = "90d"
