@@ -518,16 +518,18 @@ INVALID_USAGE_RECORDS = [
     ("no-replicas", {"replicas": 0}, "spec.replicas", "greater than or equal to 1"),
     # issue 25.3: jobs' records (spec.kind)
     ("unknown-kind", {"kind": "Pod"}, "spec.kind", "Unsupported value"),
-    ("job-reason-on-a-devserver", {"endReason": "Succeeded"}, "spec.endReason", "endReason must be Succeeded or Failed"),
+    ("job-reason-on-a-devserver", {"endReason": "Succeeded"}, "spec.endReason",
+     "endReason must be Succeeded, Failed or Deleted"),
     ("devserver-reason-on-a-job", {"kind": "TrainingJob", "endReason": "Expired"}, "spec.endReason",
-     "endReason must be Succeeded or Failed"),
+     "endReason must be Succeeded, Failed or Deleted"),
     ("devserver-without-flavor", {"flavor": None}, "spec.flavor", "flavor is required in the record of a DevServer"),
 ]
 
 
 def test_job_usage_records_are_admitted(models):
-    """A job's record (issue 25.3): kind, no flavor, endReason Succeeded or Failed."""
-    for kind, reason in (("EphemeralAccelerationJob", "Succeeded"), ("TrainingJob", "Failed")):
+    """A job's record (issue 25.3): kind, no flavor, endReason Succeeded or Failed, or Deleted
+    (the DevUser role closes the open record of a job deleted while it ran)."""
+    for kind, reason in (("EphemeralAccelerationJob", "Succeeded"), ("TrainingJob", "Failed"), ("TrainingJob", "Deleted")):
         obj = usage_record(kind=kind, endReason=reason, pricePerHour="0", cost="0.0000")
         del obj["spec"]["flavor"]
         assert models["UsageRecord"].admit(obj)["spec"]["kind"] == kind

@@ -14,7 +14,8 @@ retention has passed.  Its name is ``<server>-<startedAt as Unix seconds>``: a r
 reconcile finds the record it would write and writes nothing (usage_write_needed).
 
 EphemeralAccelerationJob and TrainingJob runs leave a record too (spec.kind; job_usage_record):
-written once, closed, when the run ends (Succeeded or Failed), named
+opened when the run starts, closed once when it ends (Succeeded or Failed), or by the DevUser
+role when the job is found gone while its record is open (Deleted: jobs have no finalizer), named
 ``<eaj|tj>-<job>-<startedAt as Unix seconds>``.  A TrainingJob is one record from its first start
 to its end, its whole-group restarts (and their back-off) included.
 
@@ -181,7 +182,8 @@ def _count(value, lowest=0):
 
 
 def _run_of(kind, job, decision):
-    """(started, ended, endReason, replicas, GPUs per replica) of a finished job run, or None."""
+    """(started, ended or None, endReason or None, replicas, GPUs per replica) of a job run that
+    started (ended None while it runs), or None: no run started, or a field it cannot read."""
     spec = (job or {}).get("spec") if isinstance((job or {}).get("spec"), dict) else {}
     decision = decision if isinstance(decision, dict) else {}
     if kind == "EphemeralAccelerationJob":
@@ -195,31 +197,36 @@ def _run_of(kind, job, decision):
         replicas, per_replica = _count(spec.get("numWorkers", 1), 1), _count(spec.get("gpusPerWorker", 0))
     else:
         return None
-    if not reason or not started or not ended or replicas is None or per_replica is None:
+    if not started or replicas is None or per_replica is None or bool(reason) != bool(ended):
         return None
     try:
-        return _seconds(started), _seconds(ended), reason, replicas, per_replica
+        return _seconds(started), (_seconds(ended) if ended else None), reason, replicas, per_replica
     except (ValueError, TypeError, OverflowError):
         return None
 
 
-def job_usage_record_name(job, decision, kind="EphemeralAccelerationJob"):
-    """The name of the record job_usage_record writes for the finished run ``decision`` saw,
+def job_usage_record_name(job, decision, kind="EphemeralAccelerationJob", now=None, retention=DEFAULT_RETENTION):
+    """The name of the record job_usage_record writes for the run ``decision`` saw,
     whoever is billed, or "" (no run to record): what the roles read before writing it."""
-    record = job_usage_record(job, decision, "x@x.x", kind)
+    record = job_usage_record(job, decision, "x@x.x", kind, now, retention)
     return record["name"] if record else ""
 
 
-def job_usage_record(job, decision, user, kind="EphemeralAccelerationJob"):
-    """{name, spec} of the closed UsageRecord of a finished run of the job ``job`` (``kind``:
-    EphemeralAccelerationJob or TrainingJob) as this reconcile's ``decision`` saw it, or None:
-    no record while it runs, for a run whose pods never started (no startedAt/startTime: it
-    used nothing), or when ``user`` (the e-mail of the namespace's DevUser) is not an e-mail
-    (a namespace without a DevUser: no one to bill, docs/api.md).  GPUs: the pod's
-    spec.resources.gpu (EphemeralAccelerationJob, 1 replica) or numWorkers x gpusPerWorker
-    (TrainingJob, numWorkers replicas); startedAt: when the pod ran (the Job started: Kueue
-    admitted it); endedAt: its end; endReason Succeeded or Failed; queuedAt: the job's
-    creation.  ``labels``: the record's (its owner label selects a user's records).  A job has no flavor: no flavor, pricePerHour 0, so cost 0 (close_spec)."""
+def job_usage_record(job, decision, user, kind="EphemeralAccelerationJob", now=None, retention=DEFAULT_RETENTION):
+    """{name, labels, spec} of the UsageRecord of the run of the job ``job`` (``kind``:
+    EphemeralAccelerationJob or TrainingJob) as this reconcile's ``decision`` saw it, or None.
+    **Open** (no endedAt) from the moment the run started, so that a job deleted while it runs
+    (jobs have no finalizer) still leaves a record, which the DevUser role closes (usage_prune:
+    endReason Deleted); **closed** once the run ended (endReason Succeeded or Failed).  None for
+    a run whose pods never started (no startedAt/startTime: it used nothing), or when ``user``
+    (the e-mail of the namespace's DevUser) is not an e-mail (a namespace without a DevUser: no
+    one to bill, docs/api.md).  GPUs: the pod's spec.resources.gpu (EphemeralAccelerationJob, 1
+    replica) or numWorkers x gpusPerWorker (TrainingJob, numWorkers replicas); startedAt: when
+    the pod ran (the Job started: Kueue admitted it); endedAt: its end; queuedAt: the job's
+    creation.  ``labels``: the record's (its owner label selects a user's records).  A job has
+    no flavor: no flavor, pricePerHour 0, so cost 0 (close_spec).  A run that ended longer than
+    ``retention`` before ``now`` renders None: the DevUser role pruned its record, which a later
+    reconcile of the finished job must not write again."""
     if kind not in JOB_RECORD_PREFIX or not isinstance(user, str) or len(user) > 254 or not _EMAIL.match(user):
         return None
     meta = (job or {}).get("metadata") if isinstance(job, dict) and isinstance(job.get("metadata"), dict) else {}
@@ -231,6 +238,11 @@ def job_usage_record(job, decision, user, kind="EphemeralAccelerationJob"):
         return None
     started, ended, reason, replicas, per_replica = run
     try:
+        if ended is not None and now is not None and _seconds(now) >= ended + parse_retention(retention):
+            return None
+    except (ValueError, TypeError, OverflowError):
+        return None
+    try:
         queued = min(_seconds(meta.get("creationTimestamp") or started), started)
     except (ValueError, TypeError, OverflowError):
         queued = started
@@ -239,7 +251,7 @@ def job_usage_record(job, decision, user, kind="EphemeralAccelerationJob"):
     labels = {LABEL_NAME: "usagerecord", LABEL_INSTANCE: name, LABEL_PART_OF: PART_OF, LABEL_MANAGED_BY: MANAGED_BY,
               LABEL_COMPONENT: JOB_RECORD_PREFIX[kind], OWNER_LABEL: owner_label(user)}
     return {"name": "%s-%s-%d" % (JOB_RECORD_PREFIX[kind], name, started), "labels": labels,
-            "spec": close_spec(record, _time(ended), reason)}
+            "spec": record if ended is None else close_spec(record, _time(ended), reason)}
 
 
 def usage_write_needed(observed, desired):
@@ -280,10 +292,11 @@ def usage_prune_due(oldest_ended_at, now, retention=DEFAULT_RETENTION, period=No
 
 
 def orphaned(spec, servers):
-    """Whether the open record ``spec`` lost its DevServer: no DevServer of ``servers`` (the
-    namespace's, as listed) has its spec.server name, or the one that has it was created after
-    the reservation started (the server was deleted and created again).  A server still being
-    deleted is not gone: its finalizer closes the record."""
+    """Whether the open record ``spec`` lost its object: none of ``servers`` (the namespace's
+    objects of the record's kind, as listed: DevServers, or EphemeralAccelerationJobs or
+    TrainingJobs) has its spec.server name, or the one that has it was created after the run
+    started (deleted and created again).  A server still being deleted is not gone: its
+    finalizer closes the record."""
     for server in servers or []:
         meta = (server or {}).get("metadata") or {}
         if meta.get("name") != spec.get("server"):
@@ -293,17 +306,22 @@ def orphaned(spec, servers):
     return True
 
 
-def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None, servers=None):
-    """What the DevUser role does with the UsageRecords of its namespace (all of them, as read)
-    and its DevServers (``servers``, as listed; None: not read, no record is closed):
-    {delete: [names whose retention has passed since spec.endedAt], close: [{name, spec}: the open
-    records whose DevServer is gone (orphaned: deleted without its finalizer, which a user may
-    remove), closed with endReason Deleted at now, or at their expiresAt when that is sooner; labels:
-    the record's, which a server-side apply by the same field manager must repeat],
-    oldestEndedAt: the oldest kept record's end (None when none is kept, and while a record is
-    open: the role reads them at every reconcile then), requeue: "<seconds>s" until the oldest
-    kept record's retention ends when that is sooner than ``period``, else ""}.  Records being
-    deleted are left out; an open record is never deleted."""
+def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None, servers=None, jobs=None):
+    """What the DevUser role does with the UsageRecords of its namespace (all of them, as read),
+    its DevServers (``servers``, as listed; None: not read) and its jobs (``jobs``: {kind:
+    [the namespace's EphemeralAccelerationJobs or TrainingJobs, as listed]}; None or a kind left
+    out: not read): {delete: [names whose retention has passed since spec.endedAt], close:
+    [{name, spec}: the open records whose DevServer or job is gone (orphaned: a DevServer
+    deleted without its finalizer, which a user may remove; a job deleted while it ran: jobs have
+    no finalizer), closed with endReason Deleted at now, or at their expiresAt when that is
+    sooner; labels: the record's, which a server-side apply by the same field manager must
+    repeat], oldestEndedAt: the oldest kept record's end (None when none is kept, and while a
+    record is open: the role reads them at every reconcile then), requeue: "<seconds>s" until the
+    oldest kept record's retention ends when that is sooner than ``period``, else ""}.  A record
+    whose objects were not read is not closed.  Records being deleted are left out; an open
+    record is never deleted."""
+    owners = dict(jobs) if isinstance(jobs, dict) else {}
+    owners["DevServer"] = servers
     keep, delete, close, still_open = [], [], [], False
     limit = _seconds(now) - parse_retention(retention)
     for record in sorted(records or [], key=lambda r: ((r or {}).get("metadata") or {}).get("name") or ""):
@@ -313,8 +331,9 @@ def usage_prune(records, now, retention=DEFAULT_RETENTION, period=None, servers=
             continue
         try:
             if not spec.get("endedAt"):
-                # Only a DevServer's record (no spec.kind, or DevServer) is checked against the DevServers.
-                if servers is None or spec.get("kind", "DevServer") != "DevServer" or not orphaned(spec, servers):
+                # A record is checked against the objects of its kind (no spec.kind: DevServer).
+                listed = owners.get(spec.get("kind", "DevServer"))
+                if not isinstance(listed, list) or not orphaned(spec, listed):
                     still_open = True
                     continue
                 end = min(_seconds(now), _seconds(spec.get("expiresAt") or now))

@@ -264,18 +264,22 @@ def test_the_runners_failure_reaches_the_status(sim, kube, runtime, ns, tmp_path
 
 
 def test_a_finished_run_leaves_one_usage_record(sim, kube, runtime, ns):
-    """Issue 25.3: a GPU job that ran leaves one closed UsageRecord (kind EphemeralAccelerationJob,
-    billed to the namespace's DevUser), written once: later reconciles write nothing."""
+    """Issue 25.3: a GPU job that ran leaves one UsageRecord (kind EphemeralAccelerationJob, billed
+    to the namespace's DevUser): open when its pod ran, closed once when it ended; later
+    reconciles write nothing."""
     from _e2e_helpers import bill_to, usage_records
 
     bill_to(kube, ns, "jane@example.com")
     kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(
         "billed", resources={"gpu": 1}, ttlSecondsAfterFinished=2, pvcTTLSecondsAfterFinished=3))
     wait_phase(sim, kube, ns, "billed", "Running")
-    assert usage_records(kube, ns) == []  # written when the run ends
+    # open from the start (a job deleted while it runs still leaves it: test_usage_e2e.py)
+    [opened] = sim.wait_for(lambda: usage_records(kube, ns), 30, interval=0.1, message="the open usage record")
+    assert "endedAt" not in opened["spec"] and opened["spec"]["gpus"] == 1
     end_pod(kube, ns, "billed", **{"kubesim.io/succeed-after": "9"})  # the container runs 9 s
     done = wait_phase(sim, kube, ns, "billed", "Succeeded")["status"]
-    records = sim.wait_for(lambda: usage_records(kube, ns), 30, interval=0.1, message="the usage record")
+    records = sim.wait_for(lambda: [r for r in usage_records(kube, ns) if r["spec"].get("endedAt")], 30, interval=0.1,
+                           message="the closed usage record")
     started, finished = parse(done["startedAt"]), parse(done["finishedAt"])
     assert [r["metadata"]["name"] for r in records] == ["eaj-billed-%d" % started.timestamp()]
     record = records[0]
@@ -291,4 +295,4 @@ def test_a_finished_run_leaves_one_usage_record(sim, kube, runtime, ns):
     sim.wait_for(lambda: claim_of(kube, ns, "billed") is None, 60, interval=0.1, message="the volume's TTL")
     writes = [r for r in sim.requests(20000) if r["verb"] in ("create", "patch", "update")
               and "/usagerecords" in r["path"] and f"/namespaces/{ns}/" in r["path"]]
-    assert len(writes) == 1, writes
+    assert [r["code"] for r in writes] == [201, 200], writes  # opened (created), closed: nothing more

@@ -375,3 +375,50 @@ def test_a_server_deleted_without_its_finalizer_still_leaves_a_complete_record(s
     runtime.enqueue("DevUser", "", "dave")
     assert runtime.wait_idle(180)
     assert sim.writes("usagerecords") == writes
+
+
+def test_a_job_deleted_while_it_runs_still_leaves_a_complete_record(sim, kube, runtime):
+    """Issue 25.3: jobs have no finalizer, so an EphemeralAccelerationJob deleted while its GPU pod
+    runs would escape billing if its record were written only at the end.  It is written open when
+    the pod runs; the DevUser role finds the job gone and closes it (endReason Deleted), with the
+    GPU-hours up to then."""
+    custom = kube["custom"]
+    ns = onboard(sim, kube, "erin", gpus=1)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "EphemeralAccelerationJob", "metadata": {"name": "escape"},
+        "spec": {"model": "/artifacts/model.pt", "input": {"type": "directory", "path": "/artifacts/images"},
+                 "resources": {"gpu": 1}}})
+
+    def started():
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs", "escape")
+        return obj if (obj.get("status") or {}).get("phase") == "Running" else None
+    status = sim.wait_for(started, 180, interval=0.2, message=f"{ns}/escape Running")["status"]
+    [opened] = sim.wait_for(lambda: records(kube, ns), 60, interval=0.2, message="the job's open usage record")
+    assert opened["metadata"]["name"] == "eaj-escape-%d" % int(ts(status["startedAt"]).timestamp())
+    assert "endedAt" not in opened["spec"] and opened["spec"]["kind"] == "EphemeralAccelerationJob"
+    assert opened["spec"]["user"] == "erin@example.com" and opened["spec"]["gpus"] == 1
+
+    # The escape: the running job deleted (its pod goes with it).
+    assert runtime.wait_idle(180)
+    deleted_at = now()
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs", "escape")
+    sim.wait_for(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs")["items"],
+                 60, interval=0.2, message=f"{ns}/escape deleted")
+    assert runtime.wait_idle(180)
+    assert "endedAt" not in records(kube, ns)[0]["spec"]  # nothing else closes it
+
+    # The DevUser's periodic run (reconcilePeriod 10m; nudged here) closes the record.
+    runtime.enqueue("DevUser", "", "erin")
+    [closed] = sim.wait_for(lambda: [r for r in records(kube, ns) if r["spec"].get("endedAt")], 120, interval=0.2,
+                            message="the job's closed usage record")
+    spec = closed["spec"]
+    assert closed["metadata"]["name"] == opened["metadata"]["name"]
+    assert spec["endReason"] == "Deleted" and spec["user"] == "erin@example.com"
+    assert deleted_at - timedelta(seconds=1) <= ts(spec["endedAt"]) <= now()
+    assert {k: v for k, v in spec.items() if k in opened["spec"]} == opened["spec"]
+    assert decimal(spec["gpuHours"]) == decimal(hours(spec)) > 0 and spec["cost"] == "0.0000"
+    assert closed["metadata"]["labels"] == opened["metadata"]["labels"]
+    writes = sim.writes("usagerecords")
+    runtime.enqueue("DevUser", "", "erin")
+    assert runtime.wait_idle(180)
+    assert sim.writes("usagerecords") == writes  # closed once

@@ -368,8 +368,14 @@ JOB_RECORDS = [
       "endedAt": at(1800), "user": JANE}, "eaj-infer-%d" % EPOCH_T0),
     ("EAJ failed on the CPU: 0 GPUs", "EphemeralAccelerationJob", eaj(gpu=0), eaj_run("Failed", 0, 60), JANE,
      {"gpus": 0, "gpuHours": "0.0000", "endReason": "Failed"}, "eaj-infer-%d" % EPOCH_T0),
-    ("EAJ still running: no record", "EphemeralAccelerationJob", eaj(), dict(eaj_run("Running"), finishedAt=None), JANE,
-     None, ""),
+    # Open from the start (issue 25.3): a job deleted while it runs still leaves a record,
+    # which the DevUser role closes (test_usage_prune_closes_orphaned_job_records).
+    ("EAJ running: its record is open", "EphemeralAccelerationJob", eaj(), dict(eaj_run("Running"), finishedAt=None),
+     JANE, {"kind": "EphemeralAccelerationJob", "gpus": 1, "startedAt": T0, "queuedAt": at(-120)},
+     "eaj-infer-%d" % EPOCH_T0),
+    ("EAJ pending: no pod ran yet, no record", "EphemeralAccelerationJob", eaj(),
+     {"phase": "Pending", "startedAt": None, "finishedAt": None}, JANE, None, ""),
+    ("an end without a final phase: no record", "EphemeralAccelerationJob", eaj(), eaj_run("Running"), JANE, None, ""),
     ("EAJ failed before its pod ran (image pull): nothing used", "EphemeralAccelerationJob", eaj(),
      eaj_run("Failed", None, 60), JANE, None, ""),
     ("TrainingJob completed: 4 workers x 2 GPUs for 2 h", "TrainingJob", tj(), tj_run(), JANE,
@@ -379,7 +385,10 @@ JOB_RECORDS = [
      tj_run("Failed", 0, 5400), JANE, {"gpus": 1, "gpuHours": "1.5000", "endReason": "Failed"}, "tj-train-%d" % EPOCH_T0),
     ("TrainingJob queued then deleted from the queue: never started", "TrainingJob", tj(), tj_run("Failed", None), JANE,
      None, ""),
-    ("TrainingJob running", "TrainingJob", tj(), tj_run("Running", 0, None), JANE, None, ""),
+    ("TrainingJob running: its record is open", "TrainingJob", tj(), tj_run("Running", 0, None), JANE,
+     {"kind": "TrainingJob", "replicas": 4, "gpus": 8, "startedAt": T0}, "tj-train-%d" % EPOCH_T0),
+    ("TrainingJob restarting (state Pending after a start): open", "TrainingJob", tj(), tj_run("Pending", 0, None), JANE,
+     {"gpus": 8, "startedAt": T0}, "tj-train-%d" % EPOCH_T0),
     ("no DevUser in the namespace: no one to bill", "TrainingJob", tj(), tj_run(), "", None, "tj-train-%d" % EPOCH_T0),
     ("a user that is not an e-mail", "EphemeralAccelerationJob", eaj(), eaj_run(), "dev-jane", None,
      "eaj-infer-%d" % EPOCH_T0),
@@ -400,11 +409,76 @@ def test_job_usage_record(kind, job, decision, user, expected, name):
         return
     assert record["name"] == name
     assert {k: record["spec"][k] for k in expected} == expected
-    assert "flavor" not in record["spec"] and record["spec"]["idleSavedGPUHours"] == "0.0000"
+    assert "flavor" not in record["spec"]
     assert record["labels"]["torchdev.io/owner"] == "jane_at_example.com"
-    # written once: an existing (closed) record is never written again; a missing one is
+    closed = "endedAt" in record["spec"]
+    assert closed == ("endReason" in expected or "endedAt" in expected)
+    if closed:
+        assert record["spec"]["idleSavedGPUHours"] == "0.0000"
+    else:  # open: none of a closed record's fields (the CRD sets them together)
+        assert not {"endedAt", "endReason", "gpuHours", "cost", "idleSavedGPUHours"} & set(record["spec"])
+    # a missing record is written; the same one again is not (an open record while its run goes
+    # on, a closed one ever)
     assert usage.usage_write_needed(None, record) is True
     assert usage.usage_write_needed({"metadata": {"name": name}, "spec": record["spec"]}, record) is False
+
+
+@pytest.mark.parametrize("now, written", [
+    (None, True), (at(1800 + 89 * 86400), True), (at(1800 + 90 * 86400), False), ("not a time", False)])
+def test_a_job_record_past_its_retention_is_not_written_again(now, written):
+    """The DevUser role deletes a record 90 days after its end; a finished job that still exists
+    (its reconcilePeriod runs it) must not write it again."""
+    record = usage.job_usage_record(eaj(), eaj_run(), JANE, "EphemeralAccelerationJob", now, "90d")
+    assert (record is not None) == written
+    assert (usage.job_usage_record_name(eaj(), eaj_run(), "EphemeralAccelerationJob", now, "90d") != "") == written
+    running = usage.job_usage_record(eaj(), dict(eaj_run("Running"), finishedAt=None), JANE,
+                                     "EphemeralAccelerationJob", at(1800 + 90 * 86400), "90d")
+    assert running is not None and "endedAt" not in running["spec"]  # an open record has no retention
+
+
+def _job(name, created=-300, deleting=False):
+    meta = {"name": name, "creationTimestamp": at(created)}
+    if deleting:
+        meta["deletionTimestamp"] = at(0)
+    return {"metadata": meta}
+
+
+def open_job_record(kind="TrainingJob"):
+    job, run = (tj(), tj_run("Running", 0, None)) if kind == "TrainingJob" else (eaj(), eaj_run("Running", 0, None))
+    rec_ = usage.job_usage_record(job, run, JANE, kind)
+    return {"metadata": {"name": rec_["name"], "labels": rec_["labels"]}, "spec": rec_["spec"]}
+
+
+# (id, open job record, the jobs as read ({kind: [jobs]}; None: not read), closed at (None: kept open))
+JOB_ORPHANS = [
+    ("its TrainingJob runs: kept open", open_job_record(), {"TrainingJob": [_job("train")]}, None),
+    ("its TrainingJob is being deleted: still there, kept open", open_job_record(),
+     {"TrainingJob": [_job("train", deleting=True)]}, None),
+    ("the jobs were not read: nothing closed", open_job_record(), None, None),
+    ("only the other kind was read: nothing closed", open_job_record(), {"EphemeralAccelerationJob": []}, None),
+    ("its TrainingJob is gone: closed now", open_job_record(), {"TrainingJob": [_job("other")]}, at(3600)),
+    ("an EAJ of its name in the list of TrainingJobs does not count", open_job_record("EphemeralAccelerationJob"),
+     {"TrainingJob": [_job("infer")], "EphemeralAccelerationJob": []}, at(3600)),
+    ("its EAJ is gone: closed now", open_job_record("EphemeralAccelerationJob"),
+     {"EphemeralAccelerationJob": [], "TrainingJob": []}, at(3600)),
+    ("a TrainingJob of that name created after the run started is another one", open_job_record(),
+     {"TrainingJob": [_job("train", created=30)]}, at(3600)),
+]
+
+
+@pytest.mark.parametrize("rec_, jobs, closed_at", [c[1:] for c in JOB_ORPHANS], ids=[c[0] for c in JOB_ORPHANS])
+def test_usage_prune_closes_orphaned_job_records(rec_, jobs, closed_at):
+    """A job deleted while it ran (jobs have no finalizer) leaves its open record, which the
+    DevUser role closes with endReason Deleted (issue 25.3); the DevServers' check is apart."""
+    out = usage.usage_prune([rec_], at(3600), "90d", "10m", [], jobs)
+    assert out["delete"] == []
+    if closed_at is None:
+        assert out["close"] == [] and out["oldestEndedAt"] is None
+        return
+    [closed] = out["close"]
+    assert closed["name"] == rec_["metadata"]["name"] and closed["labels"] == rec_["metadata"]["labels"]
+    assert closed["spec"] == usage.close_spec(rec_["spec"], closed_at, "Deleted")
+    assert closed["spec"]["endReason"] == "Deleted" and closed["spec"]["gpuHours"] != "0.0000"
 
 
 def test_summary_by_kind():
