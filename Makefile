@@ -34,7 +34,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # cores shorten the run; 1 runs the files one after another.
 TEST_WORKERS ?= 4
 
-.PHONY: help setup deps demo test soak molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
+.PHONY: help setup deps demo test soak cluster-build cluster cluster-down molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
 	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
@@ -55,11 +55,48 @@ demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real
 deps: ## The Debian packages some tests run (openssh-server, prometheus): installed as root with apt, else one line naming the command
 	@bash hack/deps.sh
 
-test: deps setup $(S3_STAMP) ## Run every test: pytest (unit, kubesim, CLI, e2e, small reliability runs; TEST_WORKERS files at a time), molecule, lint
+test: deps setup $(S3_STAMP) cluster-build ## Run every test: pytest (unit, kubesim, CLI, e2e, the real control plane's tests/real, small reliability runs; TEST_WORKERS files at a time), molecule, lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak"
 	$(MAKE) --no-print-directory molecule
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory checkov
+
+# The real control plane of tests/real (issue 26): kube-apiserver, kube-controller-manager and
+# kube-scheduler from k8s.io/kubernetes, an embedded etcd (hack/cluster/go.mod pins them) and kwok,
+# the fake kubelet, built into .cache/cluster/bin; the stamps make a second build a no-op.
+CLUSTER_BIN := .cache/cluster/bin
+CLUSTER_STAMP := $(CLUSTER_BIN)/.build-stamp
+KWOK_VERSION ?= v0.8.0
+KWOK_STAMP := $(CLUSTER_BIN)/.kwok-$(KWOK_VERSION)
+CLUSTER_DIR ?= .cache/cluster/run
+CLUSTER_GO_SOURCES := hack/cluster/go.mod hack/cluster/go.sum $(wildcard hack/cluster/*.go hack/cluster/cmd/*/*.go)
+
+$(CLUSTER_STAMP): $(CLUSTER_GO_SOURCES)
+	@mkdir -p $(CLUSTER_BIN)
+	cd hack/cluster && CGO_ENABLED=0 nice go build -o $(CURDIR)/$(CLUSTER_BIN)/ ./cmd/etcd \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler
+	@touch $@
+
+# kwok's own stages from its module (what kwokctl gives kwok): nodes Ready with their leases
+# renewed, pods Running/Ready on them, deleted pods removed; not pod-complete (a Job's pod would
+# succeed at once, where kubesim's run until kubesim.io/succeed-after).
+KWOK_STAGES := node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready pod/fast/pod-delete
+
+$(KWOK_STAMP):
+	@mkdir -p $(CLUSTER_BIN)
+	CGO_ENABLED=0 GOBIN=$(CURDIR)/$(CLUSTER_BIN) nice go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	dir=$$(go mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && \
+		for s in $(KWOK_STAGES); do echo ---; cat "$$dir/kustomize/stage/$$s.yaml"; done > $(CLUSTER_BIN)/kwok-stages.yaml
+	@touch $@
+
+cluster-build: $(CLUSTER_STAMP) $(KWOK_STAMP) ## Build the real control plane (etcd, kube-apiserver, -controller-manager, -scheduler, kwok) into .cache/cluster/bin
+
+cluster: setup cluster-build ## Start the real control plane on loopback (CLUSTER_DIR); prints the export KUBECONFIG= line
+	@$(BIN)/python -m hack.cluster up --dir $(CLUSTER_DIR)
+
+cluster-down: ## Stop the control plane `make cluster` started (idempotent)
+	@$(BIN)/python -m hack.cluster down --dir $(CLUSTER_DIR)
 
 # The full-size runs of tests/reliability (issue 17): 50 DevServers, 10 DevUsers, 10 TrainingJobs and 10
 # EphemeralAccelerationJobs under 20 % API faults, 20 SIGKILLs of the operator during a burst; one file
