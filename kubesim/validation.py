@@ -59,11 +59,16 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
+class MapKey(str):
+    """A key of an additionalProperties map in a CEL rule's path: kube-apiserver names it
+    `[key]` (field.Path.Key), e.g. spec.resources.requests[cpu]."""
+
+
 def field_path(parts: Iterable[Any]) -> str:
     """('spec', 'containers', 0, 'image') -> 'spec.containers[0].image'"""
     out = ""
     for p in parts:
-        if isinstance(p, int):
+        if isinstance(p, (int, MapKey)):
             out += f"[{p}]"
         else:
             out += ("." if out else "") + str(p)
@@ -1124,7 +1129,8 @@ class VersionSchema:
                 if sub is None or not _schema_has_rules(sub):
                     continue
                 o_has = has_old and isinstance(old, dict) and k in old
-                self._eval_node(v, old.get(k) if o_has else None, sub, path + [k], causes, o_has)
+                self._eval_node(v, old.get(k) if o_has else None, sub,
+                                path + [k if k in props else MapKey(k)], causes, o_has)
         elif isinstance(value, list):
             items = schema.get("items")
             if not isinstance(items, dict) or not _schema_has_rules(items):

@@ -698,7 +698,7 @@ INVALID_FLAVORS = [
     ("bad-quantity", flavor(resources={"requests": {"memory": "32 GB"}}),
      "spec.resources.requests.memory", "should match"),
     ("negative-quantity", flavor(resources={"requests": {"cpu": -1}}),
-     "spec.resources.requests.cpu", "must not be negative"),
+     "spec.resources.requests[cpu]", "must not be negative"),  # CEL names a map key [key]
     ("gpu-count-mismatch", flavor(resources=A10G, gpu={"type": "nvidia-a10g", "count": 2}),
      "spec.gpu.count", "gpu.count must equal resources.limits['nvidia.com/gpu']"),
     ("gpu-count-too-big", flavor(gpu={"type": "x", "count": 17}), "spec.gpu.count", "less than or equal to 16"),

@@ -387,8 +387,8 @@ def test_crd_required(trainer):
     # reason
     ({"image": "docker.io/evil"}, "spec", "FieldValueForbidden",
      "Forbidden: image must come from the registry"),
-    # rule declared on additionalProperties values
-    ({"resources": {"cpu": "lots"}}, "spec.resources.cpu", "FieldValueInvalid", "must be a quantity"),
+    # rule declared on additionalProperties values: the key as kube-apiserver names it, [key]
+    ({"resources": {"cpu": "lots"}}, "spec.resources[cpu]", "FieldValueInvalid", "must be a quantity"),
     # rule on a list
     ({"workers": [{"name": "bad"}]}, "spec.workers", "FieldValueInvalid", "no bad workers"),
 ])

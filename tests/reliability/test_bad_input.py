@@ -133,7 +133,7 @@ CASES = [
     Bad("dsf-gpu-mismatch", "DevServerFlavor", "spec.gpu.count", {"gpu": {"count": 2}, "resources": {"limits": {"nvidia.com/gpu": "1"}}}),
     Bad("dsf-limit-below-request", "DevServerFlavor", "spec.resources.limits", {"resources": {"limits": {"cpu": "500m"}}}),
     Bad("dsf-resource-key", "DevServerFlavor", "spec.resources.requests", {"resources": {"requests": {"bitcoin-miner": "1"}}}),
-    Bad("dsf-quantity-negative", "DevServerFlavor", "spec.resources.requests.cpu", {"resources": {"requests": {"cpu": -2}}}),
+    Bad("dsf-quantity-negative", "DevServerFlavor", "spec.resources.requests[cpu]", {"resources": {"requests": {"cpu": -2}}}),
     Bad("dsf-quantity-format", "DevServerFlavor", "spec.resources.limits.memory", {"resources": {"limits": {"memory": "1 GB"}}}),
     Bad("dsf-price-format", "DevServerFlavor", "spec.pricePerHour", {"pricePerHour": "$1"}),
     Bad("dsf-shm-small", "DevServerFlavor", "spec.shmSize", {"shmSize": "1Ki"}),
