@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
     else:
         running = cp.running()
+        if not running:
+            print(f"not running (nothing recorded in {cp.state_path})")
         for name, alive in running.items():
             print(f"{name}: {'running' if alive else 'stopped'}")
         return 0 if running and all(running.values()) else 3
