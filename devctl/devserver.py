@@ -132,6 +132,7 @@ def build_devserver(
     home_size: str | None = None,
     shared_claim: str | None = None,
     no_shared: bool = False,
+    no_user_keys: bool = False,
     ssh_keys: list[str] | None = None,
     env: list[dict] | None = None,
     idle_timeout: int | None = None,
@@ -163,6 +164,8 @@ def build_devserver(
         spec["sharedVolumeClaimName"] = shared_claim
     if no_shared:
         spec["mountSharedVolume"] = False
+    if no_user_keys:
+        spec["mountUserSSHKeys"] = False
     if ssh_keys:
         spec["sshPublicKeys"] = list(ssh_keys)
     if env:
@@ -214,7 +217,10 @@ def pvc_size(pvc: dict) -> str:
               help="Existing PVC to mount at /shared (default: your DevUser's shared volume).")
 @click.option("--no-shared", is_flag=True, help="Mount nothing at /shared.")
 @click.option("--ssh-key-file", "ssh_key_files", multiple=True, metavar="PATH",
-              help="SSH public key file (repeatable; default: ~/.ssh/id_*.pub).")
+              help="SSH public key file (repeatable; default: ~/.ssh/id_*.pub). The keys your DevUser was "
+                   "onboarded with are accepted too.")
+@click.option("--no-user-keys", is_flag=True,
+              help="Accept only this server's keys, not those your DevUser was onboarded with.")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
 @click.option("--idle-timeout", type=DURATION, metavar="DURATION",
               help="Idle time before auto-shutdown: seconds or 30m, 2h, 1d; 0 = never (default 1h).")
@@ -237,7 +243,8 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
            shared_claim: str | None, no_shared: bool, ssh_key_files: tuple[str, ...], env: tuple[str, ...],
            idle_timeout: float | None, auto_shutdown: bool | None, owner: str | None,
            distributed: bool, replicas: int | None, nprocs_per_node: int | None, backend: str | None,
-           wait_: bool, timeout: float, dry_run: bool, output: str, duration: str | None = None) -> None:
+           wait_: bool, timeout: float, dry_run: bool, output: str, duration: str | None = None,
+           no_user_keys: bool = False) -> None:
     """Create a dev server NAME of flavor --flavor.
 
     \b
@@ -277,11 +284,14 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         # `devctl config set github-user U` keeps U's GitHub keys in the config.
         keys += [k for k in settings.config.get("ssh-public-keys") or [] if k not in keys]
     namespace = settings.namespace(owner_override=owner)
-    no_key_warning = ("no SSH public key found in ~/.ssh/id_*.pub; "
-                      "pass --ssh-key-file to be able to 'devctl ssh'") if not keys else None
+    no_key_warning = ("no SSH public key found in ~/.ssh/id_*.pub; 'devctl ssh' needs one: pass --ssh-key-file, "
+                      "or have your DevUser onboarded with keys (devctl admin onboard --ssh-key-file)"
+                      if no_user_keys else
+                      "no SSH public key found in ~/.ssh/id_*.pub: 'devctl ssh' works only with the keys your DevUser "
+                      "was onboarded with (pass --ssh-key-file to add one)") if not keys else None
     body = build_devserver(
         name, namespace, owner=owner, flavor=flavor, image=image, home_size=home_size,
-        shared_claim=shared_claim, no_shared=no_shared, ssh_keys=keys, env=env_vars,
+        shared_claim=shared_claim, no_shared=no_shared, no_user_keys=no_user_keys, ssh_keys=keys, env=env_vars,
         idle_timeout=int(idle_timeout) if idle_timeout is not None else None,
         auto_shutdown=auto_shutdown, distributed=distributed, replicas=replicas,
         nprocs_per_node=nprocs_per_node, backend=backend, duration=duration,
@@ -497,6 +507,15 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
         lines.append(("Shared", f"{shared} at /shared"))
     elif spec.get("mountSharedVolume") is False:
         lines.append(("Shared", "none (mountSharedVolume false)"))
+    if spec.get("enableSSH", True):
+        keys = [f"{len(spec.get('sshPublicKeys') or [])} in the spec"]
+        if (spec.get("sshKeySecretRef") or {}).get("name"):
+            keys.append(f"Secret {spec['sshKeySecretRef']['name']}")
+        elif spec.get("mountUserSSHKeys") is False:
+            keys.append("not your DevUser's (mountUserSSHKeys false)")
+        else:
+            keys.append("your DevUser's, if the namespace has one")
+        lines.append(("SSH keys", ", ".join(keys)))
     lc = spec.get("lifecycle") or {}
     if lc:
         lines.append(("Lifecycle", (f"duration {lc['duration']}, " if lc.get("duration") else "")

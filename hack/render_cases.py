@@ -95,11 +95,17 @@ def devserver_cases() -> dict[str, dict]:
                   "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
     }
     # In a DevUser's namespace the user's shared claim is mounted at /shared by default.
+    # ... and the user's SSH keys (the Secret devctl admin onboard fills) are accepted by sshd
+    # (issue 27.1), unless mountUserSSHKeys is false or sshKeySecretRef names another Secret.
     jane = {"apiVersion": API_VERSION, "kind": "DevUser", "metadata": {"name": "jane"},
-            "status": {"sharedVolumeClaimName": "jane-shared-efs"}}
+            "status": {"sharedVolumeClaimName": "jane-shared-efs", "sshKeySecretName": "ssh-public-keys"}}
     cases["user_share"] = {"cr": _devserver(standalone, "withshare"), "flavor": cpu, "devuser": jane}
     cases["user_share_opt_out"] = {"cr": _devserver(standalone, "noshare", mountSharedVolume=False), "flavor": cpu,
                                    "devuser": jane}
+    cases["user_keys_opt_out"] = {"cr": _devserver(standalone, "nokeys", mountUserSSHKeys=False), "flavor": cpu,
+                                  "devuser": jane}
+    cases["user_keys_own_secret"] = {"cr": _devserver(standalone, "ownkeys", sshKeySecretRef={"name": "team-keys"}),
+                                     "flavor": cpu, "devuser": jane}
     # Kueue served and the namespace has LocalQueue torchdev: the new StatefulSet (only it,
     # not its pod template) is queued, with the WorkloadPriorityClass that applies.
     cases["kueue_queued"] = {

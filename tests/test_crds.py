@@ -366,6 +366,7 @@ def test_standalone_defaults(models):
         "lifecycle": {"idleTimeout": 3600, "autoShutdown": False},
         "suspend": False,
         "mountSharedVolume": True,
+        "mountUserSSHKeys": True,
     }
 
 

@@ -112,6 +112,18 @@ def test_statefulset(rendered, case):
         assert volumes[mounts["/shared"]]["persistentVolumeClaim"]["claimName"] == shared
     else:
         assert "/shared" not in mounts
+    # SSH keys (issue 27.1): spec.sshKeySecretRef, else the DevUser's Secret (optional: it may not
+    # be written yet), unless mountUserSSHKeys is false; sshd reads the file at this mount
+    user_keys = ((CASES[case].get("devuser") or {}).get("status") or {}).get("sshKeySecretName")
+    ref = spec.get("sshKeySecretRef") or ({"name": user_keys, "optional": True}
+                                          if user_keys and spec.get("mountUserSSHKeys", True) else None)
+    if ref and spec.get("enableSSH", True):
+        secret = volumes[mounts["/etc/torchdev/ssh-secret"]]["secret"]
+        assert secret == dict({"secretName": ref["name"], "defaultMode": 292,
+                               "items": [{"key": ref.get("key", "authorized_keys"), "path": "authorized_keys"}]},
+                              **({"optional": True} if ref.get("optional") else {}))
+    else:
+        assert "/etc/torchdev/ssh-secret" not in mounts and "ssh-secret" not in volumes
     # resources from the flavor, GPUs as nvidia.com/gpu
     gpus = (flavor["spec"].get("gpu") or {}).get("count", 0)
     limits = dev.get("resources", {}).get("limits", {})

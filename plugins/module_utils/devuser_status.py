@@ -8,8 +8,8 @@ __metaclass__ = type
 
 
 def devuser_status(name, spec_, kueue, generation, problem_=None, names=None, usage_records=None):
-    """The DevUser status: ``names`` maps namespace / sharedClaim / localQueue / clusterQueue
-    to the names the role uses; ``usage_records`` ({oldestEndedAt}) is what the role knows of
+    """The DevUser status: ``names`` maps namespace / sharedClaim / sshSecret / localQueue /
+    clusterQueue to the names the role uses; ``usage_records`` ({oldestEndedAt}) is what the role knows of
     the namespace's UsageRecords (usage.yml), reported as given.  ``problem_`` ({reason, message}) is a permanent problem
     (InvalidSpec): phase Failed; otherwise Active with Ready True."""
     names = names or {}
@@ -19,6 +19,7 @@ def devuser_status(name, spec_, kueue, generation, problem_=None, names=None, us
     result = {
         "namespace": names.get("namespace"),
         "sharedVolumeClaimName": names.get("sharedClaim"),
+        "sshKeySecretName": names.get("sshSecret"),
         "kueue": bool(kueue),
         "queueName": names.get("localQueue") if kueue else None,
         "clusterQueue": cluster_queue if kueue else None,

@@ -16,6 +16,7 @@ through an extra ``-o PermitRootLogin=prohibit-password``; as another user, as t
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -119,20 +120,28 @@ def pod(tmp_path_factory, tools):
             "key": keys / "id", "probe": container["readinessProbe"]["exec"]["command"]}
 
 
-@pytest.fixture(scope="module")
-def server(pod, tools):
+@contextlib.contextmanager
+def entrypoint(pod):
+    """The rendered entrypoint (``pod``: script, env, run), running once sshd wrote its pid file;
+    stopped on exit (tests/security/test_ssh_user_keys.py uses it too)."""
     proc = subprocess.Popen(["/bin/sh", "-c", pod["script"]], env=pod["env"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     pidfile = pod["run"] / "ssh" / "sshd.pid"
     try:
         deadline_ok = _wait(lambda: proc.poll() is not None or (pidfile.exists() and pidfile.read_text().strip()))
         assert proc.poll() is None and deadline_ok, proc.communicate(timeout=10)[0]
-        # the pod's readiness probe passes
-        assert subprocess.run(pod["probe"], env=pod["env"]).returncode == 0
         yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(pod, tools):
+    with entrypoint(pod) as proc:
+        # the pod's readiness probe passes
+        assert subprocess.run(pod["probe"], env=pod["env"]).returncode == 0
+        yield proc
 
 
 def _wait(predicate, timeout: float = 60.0):
