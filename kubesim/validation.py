@@ -1367,6 +1367,31 @@ def _structural_causes(schema: Any, path: str, causes: list, root: bool = False,
         _structural_causes(schema["not"], f"{path}.not", causes, in_value_validation=True)
 
 
+def _default_rule_causes(schema: Any, path: str, causes: list) -> None:
+    """kube-apiserver checks each `default` against the CEL rules of its own schema, as written
+    (the default's fields are not defaulted first): a rule that fails or errs refuses the CRD."""
+    if not isinstance(schema, dict):
+        return
+    if "default" in schema and schema.get("x-kubernetes-validations"):
+        value = _to_cel(schema["default"])
+        for spec in schema["x-kubernetes-validations"]:
+            try:
+                rule = _Rule(spec)
+            except Exception:  # noqa: BLE001 - a rule that does not compile is reported elsewhere
+                continue
+            if rule.transition:
+                continue
+            msg = _eval_rule(rule, {"self": value})
+            if msg is not None:
+                causes.append(_cause(f"{path}.default", "FieldValueInvalid",
+                                     f'Invalid value: "{schema.get("type", "object")}": {msg}'))
+                break
+    for k, sub in (schema.get("properties") or {}).items():
+        _default_rule_causes(sub, f"{path}.properties[{k}]", causes)
+    for k in ("items", "additionalProperties"):
+        _default_rule_causes(schema.get(k), f"{path}.{k}", causes)
+
+
 def validate_crd(crd: dict) -> None:
     """The checks the apiserver does on CustomResourceDefinition create/update; raise 422."""
     causes: list[dict[str, str]] = []
@@ -1442,6 +1467,7 @@ def validate_crd(crd: dict) -> None:
             causes.append(_cause(f"{sp}.type", "FieldValueInvalid",
                                  'Invalid value: must be object at the root'))
         _structural_causes(schema, sp, causes, root=True)
+        _default_rule_causes(schema, sp, causes)
         sub = v.get("subresources") or {}
         scale = sub.get("scale")
         if isinstance(scale, dict):

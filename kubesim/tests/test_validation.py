@@ -482,6 +482,24 @@ def _metadata_fields(s):
     return s
 
 
+def _default_failing_its_rule(s):
+    """A default checked against its own CEL rules as written (kube-apiserver, issue 26: the
+    TrainingJob CRD's checkpoint.storage default {} was refused, self.type: no such key)."""
+    s = copy.deepcopy(s)
+    s["properties"]["spec"]["properties"]["storage"] = {
+        "type": "object", "default": {},
+        "properties": {"type": {"type": "string", "default": "pvc"}, "bucket": {"type": "string"}},
+        "x-kubernetes-validations": [{"rule": "self.type != 's3' || has(self.bucket)",
+                                      "message": "bucket is required when type is s3"}]}
+    return s
+
+
+def test_validate_crd_accepts_a_default_that_meets_its_rules():
+    s = _default_failing_its_rule(TRAINER_SCHEMA)
+    s["properties"]["spec"]["properties"]["storage"]["default"] = {"type": "pvc"}
+    V.validate_crd(trainer_crd(s))
+
+
 def _bad_list_type(s):
     s = copy.deepcopy(s)
     s["properties"]["spec"]["properties"]["workers"]["x-kubernetes-list-type"] = "bag"
@@ -497,6 +515,8 @@ def _bad_list_type(s):
      "spec.versions[0].schema.openAPIV3Schema.properties[metadata]"),
     (trainer_crd(_bad_list_type(TRAINER_SCHEMA)),
      "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[workers].x-kubernetes-list-type"),
+    (trainer_crd(_default_failing_its_rule(TRAINER_SCHEMA)),
+     "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[storage].default"),
     (trainer_crd(group="ml.other.com"), "metadata.name"),
     (trainer_crd(group="nodots"), "spec.group"),
     (trainer_crd(scope="Global"), "spec.scope"),
