@@ -40,6 +40,8 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 NODES_SPEC = (ROOT / "hack" / "sample-nodes.spec").read_text().strip()
 SERVICE_CIDR = "10.0.0.0/24"
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+# kubesim's kubelet annotations (kubesim.io/succeed-after, fail-after, exit-code, ...) as kwok stages
+KUBESIM_STAGES = pathlib.Path(__file__).with_name("kwok-kubesim-stages.yaml")
 # The admission plugins the issue names, with the rest of kube-apiserver's defaults and
 # NodeRestriction (as kind/kubeadm enable it).
 ADMISSION_PLUGINS = (
@@ -229,7 +231,8 @@ class ControlPlane:
                         "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
                         "enablePodsOnNodeSyncListPager": True, "enableProfilingHandler": False,
                         "serverAddress": f"127.0.0.1:{ports['kwok']}"}})
-                               + (self.bin / "kwok-stages.yaml").read_text())
+                               + (self.bin / "kwok-stages.yaml").read_text()
+                               + KUBESIM_STAGES.read_text())
         self._start(state, "kwok", [f"--kubeconfig={kc['admin']}", f"--config={kwok_config}"])
         self._wait(lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") == 200,
                    deadline, "the default ServiceAccount", "kube-controller-manager")

@@ -251,3 +251,41 @@ def test_admission_policies_as_the_user(user_namespace, case, mutate, denied):
     # 422: a policy validation without a reason denies as Invalid (config/admission/user_pods.yaml)
     assert ei.value.status == 422 and "ValidatingAdmissionPolicy 'torchdev-user-pods'" in message, message
     assert denied in message, message
+
+
+# --- kubesim's kubelet annotations on kwok's nodes (hack/cluster/kwok-kubesim-stages.yaml) ---
+
+def test_a_job_pod_succeeds_after_kubesim_succeed_after(real_cluster):
+    """The real Job controller completes a Job whose pod kwok ends with exit 0 after
+    kubesim.io/succeed-after seconds, as kubesim's kubelet does."""
+    cp = real_cluster
+    ns = namespace(cp)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once"},
+           "spec": {"backoffLimit": 0, "template": {
+               "metadata": {"annotations": {"kubesim.io/succeed-after": "1"}},
+               "spec": {"restartPolicy": "Never", "nodeSelector": {"torchdev.io/node-pool": "cpu"},
+                        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}}}
+    code, body = cp.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    assert code == 201, body
+
+    def complete():
+        conds = cp.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/once")[1].get("status", {}).get("conditions") or []
+        return {c["type"] for c in conds if c["status"] == "True"} & {"Complete", "Failed"}
+    assert wait_for(complete, what="the Job's Complete condition") == {"Complete"}
+    (p,) = cp.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector=job-name=once")[1]["items"]
+    assert p["status"]["phase"] == "Succeeded"
+    assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+
+def test_a_pod_fails_with_kubesim_exit_code_and_message(real_cluster):
+    cp = real_cluster
+    ns = namespace(cp)
+    failing = pod("fails", restartPolicy="Never", nodeSelector={"torchdev.io/node-pool": "cpu"})
+    failing["metadata"]["annotations"] = {"kubesim.io/fail-after": "0", "kubesim.io/exit-code": "3",
+                                          "kubesim.io/termination-message": "CUDA error: out of memory"}
+    code, body = cp.request("POST", f"/api/v1/namespaces/{ns}/pods", failing)
+    assert code == 201, body
+    done = wait_for(lambda: (p := cp.request("GET", f"/api/v1/namespaces/{ns}/pods/fails")[1])
+                    ["status"].get("phase") == "Failed" and p, what="the pod Failed")
+    term = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["reason"], term["message"]) == (3, "Error", "CUDA error: out of memory")
