@@ -289,3 +289,27 @@ def test_a_pod_fails_with_kubesim_exit_code_and_message(real_cluster):
                     ["status"].get("phase") == "Failed" and p, what="the pod Failed")
     term = done["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (term["exitCode"], term["reason"], term["message"]) == (3, "Error", "CUDA error: out of memory")
+
+
+# --- the credentials hack/cluster mints -----------------------------------------------------------
+
+def _whoami(kubeconfig) -> dict:
+    api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+    review = kubernetes.client.AuthenticationV1Api(api).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    return review.status.user_info
+
+
+def test_user_and_service_account_credentials(real_cluster):
+    """user_kubeconfig: the user alone (no group but system:authenticated);
+    service_account_kubeconfig: a bound token of that ServiceAccount."""
+    cp = real_cluster
+    user = _whoami(cp.user_kubeconfig(USER))
+    assert (user.username, user.groups) == (USER, ["system:authenticated"])
+    ns = namespace(cp)
+    code, body = cp.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}})
+    assert code == 201, body
+    sa = _whoami(cp.service_account_kubeconfig(ns, "operator"))
+    assert sa.username == f"system:serviceaccount:{ns}:operator"
+    assert set(sa.groups) == {"system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"}
