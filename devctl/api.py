@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any, Callable
 
 from . import GROUP, VERSION, __version__
-from .errors import ApiError, DevctlError, NotFound, one_line
+from .errors import ApiError, DevctlError, NotFound, not_found_message, one_line
 
 DEVSERVERS = "devservers"
 FLAVORS = "devserverflavors"
@@ -80,6 +80,8 @@ class Api:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None):
         self.kubeconfig = kubeconfig
         self.context = context
+        # namespace -> where devctl took it from (Settings.namespace_origin), for 404 messages
+        self.namespace_origin: Callable[[str], str | None] | None = None
 
     # connection ---------------------------------------------------------------
     @cached_property
@@ -178,8 +180,7 @@ class Api:
         except OSError as exc:
             raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(exc)}") from None
 
-    @staticmethod
-    def _translate(exc, kind: str, name: str | None, namespace: str | None,
+    def _translate(self, exc, kind: str, name: str | None, namespace: str | None,
                    resource: str | None) -> ApiError:
         status = exc.status
         body: dict[str, Any] = {}
@@ -193,11 +194,13 @@ class Api:
         reason = body.get("reason") or exc.reason
         details = body.get("details") or {}
         resource = resource or kind
+        origin = self.namespace_origin
         if status == 404:
-            if name and (details.get("name") == name or f'"{name}" not found' in message):
+            explained = not_found_message(message, details, kind, name, namespace, resource,
+                                          origin(namespace) if origin else None, resource.endswith(GROUP))
+            if explained is None:
                 return NotFound(kind, name, namespace)
-            hint = "; are the torchdev CRDs installed?" if resource.endswith(GROUP) else ""
-            return ApiError(f"the server has no resource {resource}{hint}", status=404, reason=reason)
+            return ApiError(explained, status=404, reason=reason)
         if status == 409 and reason == "AlreadyExists":
             where = f' in namespace "{namespace}"' if namespace else ""
             return ApiError(f'{kind} "{name}" already exists{where}', status=409, reason=reason)

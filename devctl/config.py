@@ -126,7 +126,27 @@ class Settings:
             from .api import Api  # lazy: imports kubernetes on first use only
 
             self._api = Api(kubeconfig=self.kubeconfig, context=self.context)
+            self._api.namespace_origin = self.namespace_origin
         return self._api
+
+    def namespace_origin(self, namespace: str) -> str | None:
+        """Where devctl took ``namespace`` from, when it is the default one and not given with -n
+        (None otherwise): what a 'namespace does not exist' error and devctl whoami say."""
+        try:
+            default, source = self.namespace_with_source()
+        except DevctlError:
+            return None
+        if namespace != default or source == "flag":  # -n: the user said so
+            return None
+        if source == "config":
+            return "from the devctl config: 'devctl config set namespace'"
+        if source == "kubeconfig":
+            return "the namespace of your kubeconfig context"
+        owner = self.owner()
+        if not user_from_owner(owner):
+            return "dev-<your login name>: no e-mail is known (devctl config set owner EMAIL)"
+        how = "the devctl config's owner" if self.config.get("owner") else "git's user.email"
+        return f"dev-<user> from your e-mail {owner} ({how})"
 
     def owner(self, override: str | None = None) -> str | None:
         """``--owner`` > config ``owner`` > ``git config user.email``."""

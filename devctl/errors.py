@@ -4,6 +4,7 @@ This module must not import kubernetes (``devctl --help`` never loads it).
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -45,6 +46,39 @@ class NotFound(ApiError):
         self.kind = kind
         self.name = name
         self.namespace = namespace
+
+
+# What a 404 is about (not_found_message): the Status body's details.kind for a missing
+# namespace, what a server without the resource answers (no details at all).
+_NS_MISSING = re.compile(r'^namespaces "([^"]+)" not found$')
+NO_RESOURCE = "the server could not find the requested resource"
+
+
+def not_found_message(message: str, details: dict, kind: str, name: str | None, namespace: str | None,
+                      resource: str, namespace_origin: str | None = None, torchdev: bool = True) -> str | None:
+    """The one-line error for a 404 that is not about the object ``name`` itself (None: it is;
+    the caller says '<kind> "<name>" not found'): what is missing and what to do.  ``message`` and
+    ``details`` are the Status body's; ``namespace_origin`` says where the namespace came from
+    (Settings.namespace_origin), ``torchdev`` whether ``resource`` is one of torchdev's CRDs."""
+    details = details if isinstance(details, dict) else {}
+    missing_ns = _NS_MISSING.match(message or "")
+    if kind == "namespace" and name and (details.get("name") == name or missing_ns):
+        return None  # the namespace asked for is the object
+    if details.get("kind") == "namespaces" or missing_ns:
+        ns = details.get("name") or (missing_ns.group(1) if missing_ns else namespace) or namespace
+        origin = f" ({namespace_origin})" if namespace_origin and ns == namespace else ""
+        return (f'namespace "{ns}" does not exist{origin}: if it should be yours, ask a cluster admin to run '
+                f"'devctl admin onboard <user>'; otherwise pass -n NAMESPACE or run 'devctl config set namespace NAMESPACE' "
+                f"('devctl whoami' shows your namespace)")
+    if name and (details.get("name") == name or f'"{name}" not found' in (message or "")):
+        return None
+    if details.get("name"):
+        return f'{details.get("kind") or "object"} "{details["name"]}" not found' + (
+            f' in namespace "{namespace}"' if namespace else "")
+    if torchdev:
+        return (f"the server has no resource {resource}: the torchdev CRDs are not installed in this cluster "
+                f"(a cluster admin runs 'make install' or 'make deploy'; 'kubectl get crd | grep torchdev.io' shows them)")
+    return f"the server has no resource {resource} (is the API it belongs to installed in this cluster?)"
 
 
 @contextmanager

@@ -124,6 +124,8 @@ def whoami_info(settings: Settings) -> dict[str, Any]:
     username = me.get("username")
     obj, how = find_devuser(api, emails=[username, owner], namespace=namespace)
     me["owner"] = owner
+    # where devctl's namespace comes from (-n, the config, the kubeconfig, the e-mail)
+    me["namespaceFrom"] = settings.namespace_origin(namespace) if namespace else None
     if obj is None:
         readable = how != "forbidden"
         me.update(email=next((e for e in (username, owner) if _email_like(e)), None),
@@ -172,9 +174,10 @@ def whoami(settings: Settings, output: str) -> None:
               ("DevUser", me["devUser"] or "<none>")]
     if me["devUser"]:
         lines += [("Email", me.get("email") or ""), ("Phase", me.get("phase") or "")]
-    lines.append(("Namespace", me.get("namespace") or "<unknown>"))
+    origin = f" ({me['namespaceFrom']})" if me.get("namespaceFrom") and not me.get("currentNamespace") else ""
+    lines.append(("Namespace", (me.get("namespace") or "<unknown>") + origin))
     if me.get("currentNamespace"):
-        lines.append(("Current namespace", me["currentNamespace"]))
+        lines.append(("Current namespace", me["currentNamespace"] + (f" ({me['namespaceFrom']})" if me.get("namespaceFrom") else "")))
     queue = me.get("queue")
     if queue and me.get("clusterQueue"):
         queue = f"{queue} (ClusterQueue {me['clusterQueue']})"

@@ -111,7 +111,7 @@ def test_forbidden(sim, home, tmp_path):
 @pytest.mark.parametrize("args,fault,fragment", [
     (["get", "nope"], None, 'devserver "nope" not found in namespace "dev-failing"'),
     (["list"], {"verb": "list", "resource": "devservers", "code": 404, "count": 1},
-     "the server has no resource devservers.torchdev.io; are the torchdev CRDs installed?"),
+     "the server has no resource devservers.torchdev.io: the torchdev CRDs are not installed"),
     (["delete", "nope"], None, 'devserver "nope" not found'),
 ])
 def test_not_found(sim, home, tmp_path, args, fault, fragment):
