@@ -221,8 +221,16 @@ def config_set_owner(email: str) -> None:
 SETTABLE = ("namespace", "owner", "github-user", "github-keys-url")
 
 
+# seed 002's spelling (and any key with _ for -): the same keys
+def _key(_ctx, _param, value: str) -> str:
+    key = value.strip().lower().replace("_", "-")
+    if key not in SETTABLE:
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(SETTABLE)}", param_hint="'KEY'")
+    return key
+
+
 @config_group.command("set")
-@click.argument("key", type=click.Choice(SETTABLE))
+@click.argument("key", metavar="{" + "|".join(SETTABLE) + "}", callback=_key)
 @click.argument("value")
 def config_set(key: str, value: str) -> None:
     """Set KEY to VALUE in the config file.
@@ -234,6 +242,8 @@ def config_set(key: str, value: str) -> None:
                        https://github.com/{user}.keys; https:// only, http://
                        only to localhost)
     namespace NS, owner EMAIL  as set-namespace / set-owner
+
+    Keys may be written with _ (github_user, as seed 002's gpu-dev writes it).
     """
     if key == "namespace":
         value = validate_namespace(value)

@@ -232,7 +232,8 @@ def pvc_size(pvc: dict) -> str:
 @click.option("--distributed", is_flag=True, help="Distributed mode (a StatefulSet of --replicas nodes).")
 @click.option("--replicas", type=click.IntRange(1, 1024), help="Nodes (pods) in distributed mode.")
 @click.option("--nprocs-per-node", type=click.IntRange(1, 16), help="Processes per node (default 1).")
-@click.option("--backend", type=click.Choice(["nccl", "gloo"]), help="torch.distributed backend (default nccl).")
+@click.option("--backend", type=click.Choice(["nccl", "gloo"]),
+              help="torch.distributed backend (default nccl, gloo on a flavor without GPUs).")
 @click.option("--wait", "wait_", is_flag=True, help="Wait until the server is Ready.")
 @click.option("--timeout", type=DURATION, default="10m", show_default=True, help="How long --wait waits.")
 @click.option("--dry-run", is_flag=True, help="Print the object instead of creating it (no API calls).")
@@ -304,12 +305,19 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
 
     api = settings.api
     try:
-        api.get_flavor(flavor)
+        flavor_obj = api.get_flavor(flavor)
     except NotFound:
         raise DevctlError(f'devserverflavor "{flavor}" not found (see \'devctl flavors\')') from None
     except ApiError as exc:
         if exc.status != 403:  # users may not be allowed to read flavors; the operator checks
             raise
+        flavor_obj = None
+    if distributed and backend is None and flavor_obj is not None:
+        from .flavor import gpu_count
+
+        if gpu_count(flavor_obj) == 0:  # NCCL needs GPUs: a CPU flavor runs gloo
+            body["spec"]["distributed"]["backend"] = "gloo"
+            info(f"backend gloo: flavor {flavor} has no GPUs (pass --backend to choose)")
     created = api.create_devserver(namespace, body)
     if output == "table":
         click.echo(f"{RESOURCE}/{name} created in namespace {namespace}")

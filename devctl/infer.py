@@ -28,7 +28,7 @@ from . import wait as waiting
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
-from .output import age, as_list, human_duration, info, now, output_option, parse_time, print_object, print_table, truncate
+from .output import DURATION, DurationType, age, as_list, human_duration, info, now, output_option, parse_time, print_object, print_table, truncate
 from .transfer import DOWNLOAD_MAX_FILES
 
 from ansible_collections.torchdev.operator.plugins.module_utils import ephemeralaccelerationjob as eaj
@@ -213,16 +213,17 @@ def _volume_of(api, namespace: str, name: str) -> dict:
 @click.option("--output-path", default=EAJ_ARTIFACTS_DIR + "/output.json", show_default=True,
               callback=lambda c, p, v: volume_path(v, "--output-path"), help="The results file, in /artifacts.")
 @click.option("--gpus", type=click.IntRange(0, 8), default=1, show_default=True, help="GPUs (0: on the CPU).")
-@click.option("--pod-ttl", type=click.IntRange(0, 604800), default=0, show_default=True, metavar="SECONDS",
-              help="Keep the pod this long after the job finished (its logs).")
-@click.option("--pvc-ttl", type=click.IntRange(0, 2592000), default=3600, show_default=True, metavar="SECONDS",
-              help="Keep the volume this long after the job finished (to download the results).")
+@click.option("--pod-ttl", type=DurationType(0, 604800, whole=True), default="0", show_default=True, metavar="DURATION",
+              help="Keep the pod this long after the job finished (its logs): 0, 90s, 10m, 1d (at most 7d).")
+@click.option("--pvc-ttl", type=DurationType(0, 2592000, whole=True), default="1h", show_default=True,
+              metavar="DURATION",
+              help="Keep the volume this long after the job finished (to download the results; at most 30d).")
 @click.option("--storage-class", help="The volume's storage class (default: the cluster's).")
 @click.option("--pvc-size", default="1Gi", show_default=True, help="The volume's size.")
 @click.option("--image", help="The inference image (default: the operator's, pytorch/pytorch).")
 @click.option("--helper-image", default=EAJ_HELPER_IMAGE, show_default=True, help="Image of the upload pod (tar).")
 @click.option("--wait", is_flag=True, help="Wait until the job finished, showing its progress.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True, metavar="SECONDS", help="With --wait.")
+@click.option("--timeout", type=DURATION, default="1h", show_default=True, help="How long --wait waits.")
 @output_option(default="table", formats=("table", "json", "yaml"))
 @kube_options()
 @pass_settings
@@ -430,7 +431,7 @@ def watch_job(api, namespace: str, name: str, timeout: float) -> dict:
 
 @infer.command("watch")
 @click.argument("name", callback=validate_name)
-@click.option("--timeout", type=float, default=3600.0, show_default=True, metavar="SECONDS")
+@click.option("--timeout", type=DURATION, default="1h", show_default=True, help="How long to follow the job.")
 @kube_options()
 @pass_settings
 def watch(settings: Settings, name: str, timeout: float) -> None:

@@ -18,7 +18,7 @@ from .config import Settings
 from .context import kube_options, pass_settings
 from .devserver import desired_replicas, phase_of, ready_column
 from .errors import ApiError, NotFound
-from .output import DURATION, age, dump_json, format_table, info, now, warn
+from .output import DurationType, age, dump_json, format_table, info, now, warn
 from .run import DEVSERVER_LABEL, container_of, pod_index
 
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
@@ -180,7 +180,7 @@ def render_header(snap: dict, interval: float | None) -> str:
 
 @click.command("monitor")
 @click.argument("name")
-@click.option("--interval", type=DURATION, default="2", show_default=True, metavar="SECONDS",
+@click.option("--interval", type=DurationType(0.1, 3600), default="2", show_default=True, metavar="DURATION",
               help="Time between refreshes (2, 0.5, 10s, 1m).")
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,

@@ -105,17 +105,30 @@ def parse_duration(text: str | int | float) -> float:
 
 
 class DurationType(click.ParamType):
-    """A click parameter for durations; returns seconds (float)."""
+    """A click parameter for durations (parse_duration: 90, 90s, 5m, 1h30m, 2d); returns seconds,
+    a float, or a whole number with ``whole`` (rounded up: a deadline is never shortened), within
+    [``minimum``, ``maximum``] seconds (NaN, infinities and negatives refused)."""
 
     name = "duration"
 
+    def __init__(self, minimum: float = 0, maximum: float | None = None, whole: bool = False):
+        self.minimum, self.maximum, self.whole = minimum, maximum, whole
+
     def convert(self, value, param, ctx):
-        if isinstance(value, (int, float)):
-            return float(value)
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+        if seconds != seconds or seconds in (float("inf"), float("-inf")):
+            self.fail(f"invalid duration {value!r} (use e.g. 90, 90s, 5m, 1h30m, 2d)", param, ctx)
+        if seconds < self.minimum or (self.maximum is not None and seconds > self.maximum):
+            bounds = f"between {human_duration(self.minimum) if self.minimum else '0'} and " \
+                     f"{human_duration(self.maximum)}" if self.maximum is not None else \
+                     f"at least {human_duration(self.minimum) if self.minimum else '0'}"
+            self.fail(f"{value!r} is out of range: must be {bounds}", param, ctx)
+        if self.whole:
+            return int(-(-seconds // 1))
+        return seconds
 
 
 DURATION = DurationType()

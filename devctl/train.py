@@ -12,7 +12,7 @@ from . import API_VERSION, GROUP
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError
-from .output import age, as_list, output_option, print_object, print_table, truncate
+from .output import DurationType, age, as_list, output_option, print_object, print_table, truncate
 
 KIND = "TrainingJob"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -78,7 +78,8 @@ def _load_file(path: str) -> dict:
 @click.option("--epochs", type=click.IntRange(1, 100000), help="hyperparameters.epochs.")
 @click.option("--checkpoints/--no-checkpoints", default=None, help="Checkpoints on a claim the operator creates.")
 @click.option("--backoff-limit", type=click.IntRange(0, 100), help="Whole-group restarts before Failed.")
-@click.option("--deadline", type=click.IntRange(1, 31536000), metavar="SECONDS", help="activeDeadlineSeconds.")
+@click.option("--deadline", type=DurationType(1, 31536000, whole=True), metavar="DURATION",
+              help="failurePolicy.activeDeadlineSeconds: how long the job may run, e.g. 90m, 12h, 2d (at most 365d).")
 @output_option(default="table", formats=("table", "json", "yaml"))
 @kube_options()
 @pass_settings

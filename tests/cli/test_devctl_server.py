@@ -85,6 +85,19 @@ def test_create_distributed(devctl, cluster):
     assert spec["distributed"]["worldSize"] == 16 and spec["distributed"]["nprocsPerNode"] == 8
 
 
+@pytest.mark.parametrize("flavor, backend_flag, backend", [
+    ("cpu-small", (), "gloo"),            # NCCL needs GPUs: a CPU flavor defaults to gloo (issue 28.6)
+    ("gpu-h100-8", (), "nccl"),
+    ("cpu-small", ("--backend", "nccl"), "nccl"),  # asked for: kept (the operator says why it cannot run)
+])
+def test_create_distributed_backend_follows_the_flavor(devctl, cluster, flavor, backend_flag, backend):
+    result = devctl("create", "dist", "--flavor", flavor, "--owner", OWNER, "--distributed", "--replicas", "2",
+                    *backend_flag, "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    assert cluster.devserver("dist")["spec"]["distributed"]["backend"] == backend
+    assert ("backend gloo: flavor cpu-small has no GPUs" in result.stderr) == (backend == "gloo")
+
+
 def test_create_table_output(devctl, cluster):
     result = devctl("create", "tbl", "--flavor", "cpu-small", "--owner", OWNER)
     assert result.exit_code == 0, result.stderr

@@ -56,6 +56,14 @@ def test_config_set_github_user_stores_the_keys_for_create(github, tmp_path):
     assert json.loads(result.stdout)["spec"]["sshPublicKeys"] == KEYS["octo"]
 
 
+def test_config_set_github_user_as_seed_002_spells_it(github, tmp_path):
+    """seed 002's gpu-dev writes github_user: the same key (issue 28.6)."""
+    result = invoke(["config", "set", "github_user", "octo"])
+    assert result.exit_code == 0, result.output
+    config = yaml.safe_load((tmp_path / "devctl.yaml").read_text())
+    assert config["github-user"] == "octo" and config["ssh-public-keys"] == KEYS["octo"]
+
+
 @pytest.mark.parametrize("user, fragment", [
     ("nokeys", "GitHub user 'nokeys' has no public SSH keys"),
     ("ghost", "GitHub user 'ghost' not found"),
