@@ -276,7 +276,7 @@ def test_devserver_condition_reasons_documented():
     desc = root_schema(CRDS["DevServer"])["properties"]["status"]["properties"]["conditions"]["description"]
     for reason in ("ServerReady", "PodsNotReady", "Suspended", "ReconcileFailed", "Provisioning",
                    "RollingUpdate", "Reconciled", "AsExpected", "FlavorNotFound", "InvalidSpec",
-                   "ReconcileError", "PodFailed", "Queued"):
+                   "ReconcileError", "PodFailed", "Queued", "ImageLacksSSH"):
         assert reason in desc
 
 

@@ -35,6 +35,7 @@ class FilterModule(object):
             "queue_status": kueue.queue_status,
             "queue_eta": kueue.queue_eta,
             "devserver_status": devserver_status.devserver_status,
+            "devserver_degraded_event": devserver_status.degraded_event,
             "rejected_spec_status": devserver_status.rejected_spec_status,
             "requeue_period": devserver_status.requeue_period,
             "devserver_lifecycle": devserver_status.devserver_lifecycle,

@@ -73,6 +73,10 @@ SSH_PORT = 2222
 # torch.distributed: the c10d rendezvous (MASTER_PORT), then NCCL_PORTS ports for NCCL / Gloo.
 RDZV_PORT = 29500
 NCCL_PORTS = 10
+# The DevServer entrypoint's exit code when the image has no sshd or ssh-keygen (EX_CONFIG of
+# sysexits.h); its termination message starts with IMAGE_LACKS_SSH_PREFIX (devserver_status).
+IMAGE_LACKS_SSH_EXIT_CODE = 78
+IMAGE_LACKS_SSH_PREFIX = "torchdev: the image has no "
 
 # --- DevUser naming ---------------------------------------------------------------------------
 NAMESPACE_PREFIX = "dev-"
@@ -99,7 +103,7 @@ DEVSERVER_REASONS = {
               "Cancelled", "ReconcileFailed"),
     "Progressing": ("Provisioning", "Queued", "RollingUpdate", "Reconciled", "SpecRejected"),
     "Degraded": ("AsExpected", "FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ClaimNotFound", "QuotaExceeded",
-                 "ReconcileError", "PodFailed"),
+                 "ReconcileError", "PodFailed", "ImageLacksSSH"),
     "Expiring": ("NoDeadline", "ReservationExpiring", "IdleShutdownPending", "IdleTimeout"),
 }
 DEVUSER_REASONS = {

@@ -11,7 +11,8 @@ import datetime
 import math
 
 from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition, problem_status
-from ansible_collections.torchdev.operator.plugins.module_utils.constants import POD_INDEX_LABEL
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
+    IMAGE_LACKS_SSH_EXIT_CODE, IMAGE_LACKS_SSH_PREFIX, POD_INDEX_LABEL)
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver import spec_warnings
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
     lifecycle_status, reservation_active, reservation_problem, stopped_phase)
@@ -105,6 +106,82 @@ def pod_failure(pod):
     return "%s, %d restart%s" % (why, restarts, "" if restarts == 1 else "s")
 
 
+REASON_IMAGE_LACKS_SSH = "ImageLacksSSH"
+# Bounds of what a container reports (its termination message and image are the image's and the
+# user's text: shown, never evaluated).
+_LACKS_SSH_MESSAGE_LIMIT = 512
+_IMAGE_LIMIT = 256
+
+
+def image_lacks_ssh(pod):
+    """"image X has no /usr/sbin/sshd: install ..." when a container of ``pod`` ended as the
+    DevServer entrypoint ends in an image without sshd or ssh-keygen, else None.
+
+    Recognised only with the entrypoint's exit code (IMAGE_LACKS_SSH_EXIT_CODE) in the
+    container's current terminated state, or in its last one while it is not ready (crash loop,
+    restarting), and a message whose last non-empty line starts with IMAGE_LACKS_SSH_PREFIX,
+    fits in 512 characters and is printable (the termination log, or the end of the container's
+    log under FallbackToLogsOnError).  The image is the container status's (else the pod
+    spec's), bounded.  Never raises.
+    """
+    if not isinstance(pod, dict):
+        return None
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    images = {}
+    for c in ((pod.get("spec") or {}).get("containers") or []) if isinstance(pod.get("spec"), dict) else []:
+        if isinstance(c, dict):
+            images[c.get("name")] = c.get("image")
+    for cs in status.get("containerStatuses") or []:
+        if not isinstance(cs, dict):
+            continue
+        terms = [(cs.get("state") or {}).get("terminated")]
+        if not cs.get("ready"):
+            terms.append((cs.get("lastState") or {}).get("terminated"))
+        for term in terms:
+            if not isinstance(term, dict):
+                continue
+            try:
+                code = int(term.get("exitCode"))
+            except (TypeError, ValueError):
+                continue
+            lines = [line.strip() for line in str(term.get("message") or "")[-4096:].splitlines() if line.strip()]
+            line = lines[-1] if lines else ""
+            if (code != IMAGE_LACKS_SSH_EXIT_CODE or not line.startswith(IMAGE_LACKS_SSH_PREFIX)
+                    or len(line) > _LACKS_SSH_MESSAGE_LIMIT or not line.isprintable()):
+                continue
+            image = str(cs.get("image") or images.get(cs.get("name")) or "")
+            image = "".join(ch for ch in image if ch.isprintable() and not ch.isspace())[:_IMAGE_LIMIT]
+            return "image %s has no %s" % (image or "(unknown)", line[len(IMAGE_LACKS_SSH_PREFIX):])
+    return None
+
+
+def images_lacking_ssh(name, pods, desired_replicas):
+    """"replica 0 (pod x-0): image X has no /usr/sbin/sshd: ..." for each wanted replica whose
+    image cannot run sshd (image_lacks_ssh)."""
+    return _replica_problems(name, pods, desired_replicas, image_lacks_ssh)
+
+
+# Degraded reasons found in the pods that are announced by ONE Warning Event when they appear.
+EVENT_DEGRADED_REASONS = (REASON_IMAGE_LACKS_SSH,)
+
+
+def degraded_event(old_status, new_status):
+    """{reason, message} of the Warning Event to emit when ``new_status`` turns Degraded with a
+    reason of EVENT_DEGRADED_REASONS that ``old_status`` (the status as the run found it) did
+    not have, else None: one Event per change, none while it holds."""
+    def degraded(status):
+        for cond in ((status or {}).get("conditions") or []) if isinstance(status, dict) else []:
+            if isinstance(cond, dict) and cond.get("type") == "Degraded":
+                return cond
+        return {}
+    new, old = degraded(new_status), degraded(old_status)
+    if new.get("status") != "True" or new.get("reason") not in EVENT_DEGRADED_REASONS:
+        return None
+    if old.get("status") == "True" and old.get("reason") == new.get("reason"):
+        return None
+    return {"reason": new["reason"], "message": str(new.get("message") or "")}
+
+
 def replica_statuses(name, pods, desired_replicas):
     """status.replicaStatuses: one entry per wanted replica 0..desired-1, from its pod
     (index, podName, phase, ready, nodeName, restarts); a replica without a pod yet has only
@@ -133,12 +210,18 @@ def replica_statuses(name, pods, desired_replicas):
 
 def failing_replicas(name, pods, desired_replicas):
     """"replica 2 (pod x-2): CrashLoopBackOff, 3 restarts" for each failing wanted replica."""
+    return _replica_problems(name, pods, desired_replicas, pod_failure)
+
+
+def _replica_problems(name, pods, desired_replicas, problem):
+    """"replica <i> (pod <name>): <problem(pod)>" for each wanted replica, in index order,
+    whose pod has a problem."""
     result = []
     for pod in sorted(pods or [], key=lambda p: _pod_index(p, name) if _pod_index(p, name) is not None else -1):
         index = _pod_index(pod, name)
         if index is None or not 0 <= index < int(desired_replicas or 0):
             continue
-        why = pod_failure(pod)
+        why = problem(pod)
         if why:
             result.append("replica %d (pod %s): %s" % (index, (pod.get("metadata") or {}).get("name"), why))
     return result
@@ -223,8 +306,16 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
             progressing = condition("Progressing", "True", "RollingUpdate", "rolling out a new pod template", generation)
         else:
             progressing = condition("Progressing", "True", "Provisioning", "waiting for the server pods", generation)
+    lacking = [] if suspended or current == "Queued" else images_lacking_ssh(meta.get("name"), pods, desired_replicas)
+    if lacking and current != "Running":
+        # Permanent until spec.image or spec.enableSSH changes: Failed, not an endless Provisioning.
+        status["phase"] = "Failed"
+        progressing = condition("Progressing", "False", "Reconciled",
+                                "the image cannot run the server (Degraded %s)" % REASON_IMAGE_LACKS_SSH, generation)
     failing = [] if suspended else failing_replicas(meta.get("name"), pods, desired_replicas)
-    if failing:
+    if lacking:
+        degraded = condition("Degraded", "True", REASON_IMAGE_LACKS_SSH, "; ".join(lacking)[:1024], generation)
+    elif failing:
         degraded = condition("Degraded", "True", "PodFailed", "; ".join(failing)[:1024], generation)
     else:
         degraded = condition("Degraded", "False", "AsExpected", "", generation)

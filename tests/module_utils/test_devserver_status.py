@@ -231,3 +231,102 @@ def test_rejected_spec_status(sts, pods, phase, ready, ready_reason):
     # what came from the last applied spec is left as it is (not in the patch)
     assert set(status) <= {"phase", "observedGeneration", "conditions", "replicas", "readyReplicas", "ready",
                            "replicaStatuses", "startTime"}
+
+
+# --- an image without sshd (the entrypoint exits IMAGE_LACKS_SSH_EXIT_CODE with a message) -------
+LACKS = "torchdev: the image has no /usr/sbin/sshd: install openssh-server in it, use the torchdev devserver image, " \
+        "or set spec.enableSSH false"
+SAID = ("image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime has no /usr/sbin/sshd: install openssh-server in it, "
+        "use the torchdev devserver image, or set spec.enableSSH false")
+IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
+
+def _ended(code=78, message=LACKS, where="state", ready=False, image=IMAGE):
+    term = {"terminated": {"exitCode": code, "reason": "Error", "message": message}}
+    cs = {"name": "dev", "ready": ready, "restartCount": 2, "image": image}
+    if where == "state":
+        cs["state"] = term
+    else:
+        cs.update(state={"waiting": {"reason": "CrashLoopBackOff"}} if where == "crashloop"
+                  else {"running": {"startedAt": NOW}}, lastState=term)
+    return cs
+
+
+@pytest.mark.parametrize("name,pod,expected", [
+    ("terminated now", _pod(0, ready=False, containers=[_ended()]), SAID),
+    ("crash loop: the last state", _pod(0, ready=False, containers=[_ended(where="crashloop")]), SAID),
+    ("restarted, not ready yet", _pod(0, ready=False, containers=[_ended(where="running")]), SAID),
+    ("ready now: an old last state does not count", _pod(0, containers=[_ended(where="running", ready=True)]), None),
+    ("another exit code", _pod(0, ready=False, containers=[_ended(code=1)]), None),
+    ("exit code as a string", _pod(0, ready=False, containers=[_ended(code="78")]), SAID),
+    ("exit code not a number", _pod(0, ready=False, containers=[_ended(code="x")]), None),
+    ("another message", _pod(0, ready=False, containers=[_ended(message="sshd: no hostkeys available")]), None),
+    ("logs under FallbackToLogsOnError: the last line",
+     _pod(0, ready=False, containers=[_ended(message="some output\n" + LACKS + "\n\n")]), SAID),
+    ("message too long", _pod(0, ready=False, containers=[_ended(message=LACKS + "x" * 600)]), None),
+    ("control characters", _pod(0, ready=False, containers=[_ended(message=LACKS + "\x1b[31m")]), None),
+    ("no message", _pod(0, ready=False, containers=[_ended(message=None)]), None),
+    ("image from the pod spec", dict(_pod(0, ready=False, containers=[_ended(image="")]),
+                                     spec={"containers": [{"name": "dev", "image": IMAGE}]}), SAID),
+    ("hostile image bounded, no spaces", _pod(0, ready=False, containers=[_ended(image="a b\n" + "c" * 400)]),
+     "image ab" + "c" * 254 + " has no /usr/sbin/sshd: install openssh-server in it, use the torchdev devserver "
+     "image, or set spec.enableSSH false"),
+    ("no image at all", _pod(0, ready=False, containers=[_ended(image=None)]),
+     "image (unknown) has no /usr/sbin/sshd: install openssh-server in it, use the torchdev devserver image, "
+     "or set spec.enableSSH false"),
+    ("running", _pod(0), None),
+    ("hostile: not a dict", "pod", None),
+    ("hostile: statuses not dicts", {"status": {"containerStatuses": ["x", None]}, "spec": "y"}, None),
+    ("hostile: terminated not a dict", _pod(0, ready=False, containers=[{"state": {"terminated": "x"}}]), None),
+])
+def test_image_lacks_ssh(name, pod, expected):
+    assert devserver_status.image_lacks_ssh(pod) == expected, name
+
+
+@pytest.mark.parametrize("name,cr,pods,phase,ready,progressing,degraded,message", [
+    ("standalone: Failed, Degraded ImageLacksSSH", _cr(), [_pod(0, ready=False, containers=[_ended(where="crashloop")])],
+     "Failed", ("False", "PodsNotReady"), ("False", "Reconciled"), ("True", "ImageLacksSSH"),
+     "replica 0 (pod x-0): " + SAID),
+    ("distributed: every replica named", _cr(mode="distributed"),
+     [_pod(0, ready=False, containers=[_ended()]), _pod(1, ready=False, containers=[_ended(where="crashloop")])],
+     "Failed", ("False", "PodsNotReady"), ("False", "Reconciled"), ("True", "ImageLacksSSH"),
+     "replica 0 (pod x-0): " + SAID + "; replica 1 (pod x-1): " + SAID),
+    ("another crash stays PodFailed", _cr(), [_pod(0, ready=False, containers=[CRASH])],
+     "Provisioning", ("False", "PodsNotReady"), ("True", "Provisioning"), ("True", "PodFailed"),
+     "replica 0 (pod x-0): CrashLoopBackOff, 3 restarts"),
+    ("suspended: nothing reported", _cr(suspend=True), [_pod(0, ready=False, containers=[_ended()])],
+     "Suspended", ("False", "PodsNotReady"), ("False", "Reconciled"), ("False", "AsExpected"), ""),
+])
+def test_devserver_status_image_lacks_ssh(name, cr, pods, phase, ready, progressing, degraded, message):
+    replicas = 0 if cr["spec"].get("suspend") else len(pods)
+    status = devserver_status.devserver_status(cr, _sts(0, replicas), replicas, "h", None, NOW, pods, "")
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == phase, name
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"]) == degraded, name
+    assert conds["Degraded"]["message"] == message, name
+    assert (conds["Progressing"]["status"], conds["Progressing"]["reason"]) == progressing, name
+    assert conds["Ready"]["status"] == ready[0], name
+    # Failed is no reason to poll: the next look is the next change (the image or enableSSH).
+    if phase == "Failed":
+        assert devserver_status.requeue_period(status, now=NOW) == "", name
+
+
+def _degraded(reason, status="True", message="m"):
+    return {"conditions": [{"type": "Ready", "status": "False", "reason": "PodsNotReady"},
+                           {"type": "Degraded", "status": status, "reason": reason, "message": message}]}
+
+
+@pytest.mark.parametrize("name,old,new,expected", [
+    ("news: one Event", _degraded("AsExpected", "False"), _degraded("ImageLacksSSH"),
+     {"reason": "ImageLacksSSH", "message": "m"}),
+    ("first status ever", {}, _degraded("ImageLacksSSH"), {"reason": "ImageLacksSSH", "message": "m"}),
+    ("from PodFailed", _degraded("PodFailed"), _degraded("ImageLacksSSH"), {"reason": "ImageLacksSSH", "message": "m"}),
+    ("still the same: no Event", _degraded("ImageLacksSSH"), _degraded("ImageLacksSSH", message="other"), None),
+    ("PodFailed is not announced", _degraded("AsExpected", "False"), _degraded("PodFailed"), None),
+    ("recovered", _degraded("ImageLacksSSH"), _degraded("AsExpected", "False"), None),
+    ("hostile old", "x", _degraded("ImageLacksSSH"), {"reason": "ImageLacksSSH", "message": "m"}),
+    ("hostile new", {}, {"conditions": ["x", None]}, None),
+    ("none", None, None, None),
+])
+def test_degraded_event(name, old, new, expected):
+    assert devserver_status.degraded_event(old, new) == expected, name
