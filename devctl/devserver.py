@@ -210,7 +210,8 @@ def pvc_size(pvc: dict) -> str:
 @click.command("create")
 @click.argument("name", callback=validate_name)
 @click.option("--flavor", required=True, help="DevServerFlavor name (see 'devctl flavors').")
-@click.option("--image", help="Container image (default: the CRD default PyTorch image).")
+@click.option("--image", help="Container image (default: the CRD's, the torchdev DevServer image of this "
+              "version: PyTorch CUDA devel with sshd; a custom image needs /usr/sbin/sshd and ssh-keygen).")
 @click.option("--home-size", metavar="QUANTITY",
               help="Persistent home volume size, e.g. 200Gi (default 100Gi).")
 @click.option("--shared-claim", metavar="PVC",
@@ -330,7 +331,8 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         with left_in_place(f"devserver {name} (created)", f"'devctl get {name}{hint_ns}' shows it, "
                                                           f"'devctl delete {name}{hint_ns}' deletes it"):
             created = waiting.wait_ready(lambda: api.get_devserver(namespace, name),
-                                         f"devserver/{name}", timeout)
+                                         f"devserver/{name}", timeout,
+                                         why=waiting.server_pods_reason(api, namespace, name))
         info(f"devserver/{name} is Ready; connect with: "
              f"{(created.get('status') or {}).get('sshCommand') or f'devctl ssh {name} -n {namespace}'}")
     if output != "table":

@@ -104,7 +104,8 @@ def start(settings: Settings, name: str, wait_: bool, timeout: float, output: st
     text = f"devserver/{name} started"
     if wait_:
         info(text)
-        obj = waiting.wait_ready(lambda: api.get_devserver(namespace, name), f"devserver/{name}", timeout)
+        obj = waiting.wait_ready(lambda: api.get_devserver(namespace, name), f"devserver/{name}", timeout,
+                                 why=waiting.server_pods_reason(api, namespace, name))
         text = f"devserver/{name} is Ready; connect with: {(obj.get('status') or {}).get('sshCommand') or f'devctl ssh {name}'}"
     _result(obj, output, text)
 
