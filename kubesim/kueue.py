@@ -153,8 +153,9 @@ def flavor_mismatch(flavor: Obj | None, pod_spec: Obj | None) -> str | None:
     """Why a pod template cannot use a ResourceFlavor (kueue's flavor assigner), or None.
 
     The pod's nodeSelector must agree with the flavor's nodeLabels on every key both name,
-    and the pod must tolerate the flavor's NoSchedule/NoExecute nodeTaints. (Required node
-    affinity is not looked at.)
+    and the pod, with the flavor's own spec.tolerations added (as Kueue adds them), must
+    tolerate the flavor's NoSchedule/NoExecute nodeTaints. (Required node affinity is not
+    looked at.)
     """
     if not flavor or pod_spec is None:
         return None
@@ -165,7 +166,7 @@ def flavor_mismatch(flavor: Obj | None, pod_spec: Obj | None) -> str | None:
             return f"flavor {flavor['metadata']['name']} doesn't match node affinity"
     for taint in fspec.get("nodeTaints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and \
-                not _tolerates(pod_spec.get("tolerations") or [], taint):
+                not _tolerates((pod_spec.get("tolerations") or []) + (fspec.get("tolerations") or []), taint):
             return (f"untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}} "
                     f"in flavor {flavor['metadata']['name']}")
     return None

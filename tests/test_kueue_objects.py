@@ -100,7 +100,7 @@ def test_resource_flavor_is_valid_kueue(resource_flavors, name):
         "apiVersion": "torchdev.io/v1alpha1", "kind": "DevServerFlavor", "name": name, "uid": "uid-" + name,
         "controller": True, "blockOwnerDeletion": True}]
     assert rf["spec"].get("nodeLabels", {}) == spec.get("nodeSelector", {})
-    assert rf["spec"].get("tolerations", []) == spec.get("tolerations", [])
+    assert "tolerations" not in rf["spec"]  # the pods carry them (test_a_cpu_pod_cannot_take_a_gpu_flavor)
 
 
 def test_resource_flavor_taints(resource_flavors):
@@ -111,6 +111,22 @@ def test_resource_flavor_taints(resource_flavors):
         {"key": "pool", "value": "a", "effect": "NoExecute"}]
     assert resource_flavors["bare"]["spec"] == {}
     assert "nodeTaints" not in resource_flavors["cpu-small"]["spec"]
+
+
+def test_a_cpu_pod_cannot_take_a_gpu_flavor(resource_flavors):
+    """Kueue adds a ResourceFlavor's own tolerations to a pod's before it checks the flavor's
+    nodeTaints (kubesim.kueue.flavor_mismatch, as v0.19.2's flavor assigner): a ResourceFlavor
+    carrying its DevServerFlavor's tolerations took any pod, so on the real Kueue a cpu-small
+    workload whose cpu-small quota was full was admitted on gpu-a10g-1's quota, given its node
+    labels and tolerations, and could never be scheduled (tests/real/test_kueue_real.py). The
+    ResourceFlavor carries none: the pods of a GPU flavor tolerate its taints themselves."""
+    cpu_pod = {"nodeSelector": FLAVORS["cpu-small"]["spec"]["nodeSelector"]}
+    for name in ("gpu-a10g-1", "gpu-h100-2", "gpu-h100-8"):
+        assert "untolerated taint" in (kq.flavor_mismatch(resource_flavors[name], cpu_pod) or ""), name
+        gpu_pod = {"nodeSelector": FLAVORS[name]["spec"]["nodeSelector"],
+                   "tolerations": FLAVORS[name]["spec"]["tolerations"]}
+        assert kq.flavor_mismatch(resource_flavors[name], gpu_pod) is None, name
+    assert kq.flavor_mismatch(resource_flavors["cpu-small"], cpu_pod) is None
 
 
 def test_too_many_labels_are_rejected_by_kueue_and_reported_by_us(resource_flavors):

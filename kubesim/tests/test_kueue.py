@@ -419,6 +419,18 @@ def test_flavor_mismatch(pod_spec, ok):
     assert (kq.flavor_mismatch(flavor, pod_spec) is None) is ok
 
 
+def test_flavor_tolerations_count_as_the_pods():
+    """Kueue adds a ResourceFlavor's own spec.tolerations to the pod's before it checks the
+    flavor's nodeTaints (v0.19.2 flavorassigner.go checkFlavorForPodSets): a flavor that
+    carries tolerations for its taints takes any pod (found on the real Kueue, issue 26.2)."""
+    flavor = {"metadata": {"name": "a10g"},
+              "spec": {"nodeLabels": {"pool": "a10g"},
+                       "nodeTaints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}}
+    assert kq.flavor_mismatch(flavor, {}) is not None
+    flavor["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert kq.flavor_mismatch(flavor, {}) is None
+
+
 def test_assign_flavors_skips_flavors_the_pod_cannot_use():
     def rf(name, pool):
         return {"metadata": {"name": name}, "spec": {"nodeLabels": {"pool": pool}}}

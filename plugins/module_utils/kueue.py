@@ -102,7 +102,7 @@ def position(entry):
 
 # --------------------------------------------------------------------------- filters
 # (registered in plugins/filter/torchdev.py)
-# ResourceFlavor (v1beta2) bounds: nodeLabels maxProperties, nodeTaints / tolerations maxItems.
+# ResourceFlavor (v1beta2) bounds: nodeLabels maxProperties, nodeTaints maxItems (no tolerations are set).
 RESOURCE_FLAVOR_MAX = 8
 
 
@@ -117,7 +117,9 @@ def node_taints(tolerations):
     """The taints a flavor's nodes carry, as its tolerations describe them: one taint per
     toleration with a key and a NoSchedule/NoExecute effect (the value when the operator
     is Equal).  They are what Kueue checks a Workload tolerates before it picks the
-    ResourceFlavor; the ResourceFlavor also carries the tolerations themselves."""
+    ResourceFlavor.  The ResourceFlavor does not carry the tolerations: Kueue adds a flavor's
+    tolerations to the pod's for that check, so any pod would pass (the flavor's pods carry
+    them themselves)."""
     result = []
     for tol in tolerations or []:
         if not tol.get("key") or tol.get("effect") not in TAINT_EFFECTS:
@@ -136,7 +138,6 @@ def resource_flavor_errors(flavor_spec):
     errors = []
     for field, count, target in (
             ("nodeSelector", len(spec.get("nodeSelector") or {}), "nodeLabels"),
-            ("tolerations", len(spec.get("tolerations") or []), "tolerations"),
             ("tolerations", len(node_taints(spec.get("tolerations"))), "nodeTaints")):
         if count > RESOURCE_FLAVOR_MAX:
             errors.append("spec.%s: a Kueue ResourceFlavor allows at most %d %s, the flavor has %d"
