@@ -16,6 +16,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
 from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity
 
 from . import API_VERSION, GROUP
+from . import completion as complete
 from .api import FIELD_MANAGER
 from . import wait as waiting
 from .config import EMAIL_RE, Settings
@@ -321,7 +322,7 @@ def onboard(settings: Settings, user: str, email: str | None, ssh_key_files: tup
 
 
 @admin.command("offboard")
-@click.argument("user", callback=validate_user)
+@click.argument("user", callback=validate_user, shell_complete=complete.users)
 @click.option("--delete-data", is_flag=True,
               help="Also delete the namespace dev-USER with every volume in it; the data is lost.")
 @click.option("-y", "--yes", is_flag=True,

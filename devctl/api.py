@@ -82,6 +82,8 @@ class Api:
         self.context = context
         # namespace -> where devctl took it from (Settings.namespace_origin), for 404 messages
         self.namespace_origin: Callable[[str], str | None] | None = None
+        # (connect, read) seconds of each request; shell completion shortens it
+        self.request_timeout: tuple = REQUEST_TIMEOUT
 
     # connection ---------------------------------------------------------------
     @cached_property
@@ -171,7 +173,7 @@ class Api:
         import urllib3
 
         try:
-            return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+            return fn(*args, _request_timeout=self.request_timeout, **kwargs)
         except ApiException as exc:
             raise self._translate(exc, kind, name, namespace, resource) from None
         except urllib3.exceptions.HTTPError as exc:

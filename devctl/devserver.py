@@ -15,6 +15,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.quantity import 
 from ansible_collections.torchdev.operator.plugins.module_utils.startup import describe as describe_startup
 
 from . import API_VERSION, GROUP
+from . import completion as complete
 from .config import EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
@@ -209,7 +210,8 @@ def pvc_size(pvc: dict) -> str:
 
 @click.command("create")
 @click.argument("name", callback=validate_name)
-@click.option("--flavor", required=True, help="DevServerFlavor name (see 'devctl flavors').")
+@click.option("--flavor", required=True, shell_complete=complete.flavors,
+              help="DevServerFlavor name (see 'devctl flavors').")
 @click.option("--image", help="Container image (default: the CRD's, the torchdev DevServer image of this "
               "version: PyTorch CUDA devel with sshd; a custom image needs /usr/sbin/sshd and ssh-keygen).")
 @click.option("--home-size", metavar="QUANTITY",
@@ -588,7 +590,7 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
 
 
 @click.command("get")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @output_option()
 @kube_options()
 @pass_settings
@@ -618,7 +620,7 @@ def _stdin_is_tty() -> bool:
 
 
 @click.command("delete")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @click.option("--purge", is_flag=True, help="Also delete the home volume(s); their data is lost.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (needed for --purge without a terminal).")
 @click.option("--wait", "wait_", is_flag=True, help="Wait until the objects are gone.")

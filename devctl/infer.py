@@ -25,6 +25,7 @@ import click
 
 from . import API_VERSION, GROUP
 from . import wait as waiting
+from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
@@ -277,7 +278,7 @@ def create(settings: Settings, name: str, project_dir: str | None, input_path: s
 
 # -- copy-file -------------------------------------------------------------------------------------
 @infer.command("copy-file")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.inference_jobs)
 @click.argument("url")
 @click.option("--target-path", required=True, metavar="PATH", callback=lambda c, p, v: volume_path(v, "--target-path"),
               help="Where the file goes, in /artifacts.")
@@ -316,7 +317,7 @@ def copy_file(settings: Settings, name: str, url: str, target_path: str, pvc_siz
 
 # -- download ---------------------------------------------------------------------------------------
 @infer.command("download")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.inference_jobs)
 @click.option("--to", "target", type=click.Path(file_okay=False), help="Local directory (default ./<name>-artifacts).")
 @click.option("--path", "source", default=EAJ_ARTIFACTS_DIR, show_default=True,
               callback=lambda c, p, v: v if v == EAJ_ARTIFACTS_DIR else volume_path(v, "--path"),
@@ -353,7 +354,7 @@ def download(settings: Settings, name: str, target: str | None, source: str, hel
 
 # -- debug ------------------------------------------------------------------------------------------
 @infer.command("debug", context_settings={"ignore_unknown_options": True})
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.inference_jobs)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--keep", is_flag=True, help="Leave the pod running and print how to exec into it.")
 @click.option("--helper-image", default=EAJ_HELPER_IMAGE, show_default=True, help="Image of the debug pod.")
@@ -430,7 +431,7 @@ def watch_job(api, namespace: str, name: str, timeout: float) -> dict:
 
 
 @infer.command("watch")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.inference_jobs)
 @click.option("--timeout", type=DURATION, default="1h", show_default=True, help="How long to follow the job.")
 @kube_options()
 @pass_settings
@@ -491,7 +492,7 @@ def describe(obj: dict) -> str:
 
 
 @infer.command("get")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.inference_jobs)
 @output_option()
 @kube_options()
 @pass_settings
@@ -505,7 +506,7 @@ def get(settings: Settings, name: str, output: str) -> None:
 
 
 @infer.command("logs")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.inference_jobs)
 @kube_options()
 @pass_settings
 def logs(settings: Settings, name: str) -> None:
@@ -579,7 +580,7 @@ def cleanup(settings: Settings, dry_run: bool, output: str) -> None:
 
 
 @infer.command("delete")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.inference_jobs)
 @click.option("--delete-pvc", is_flag=True, help="Delete the volume now too (else it stays until its TTL: cleanup).")
 @kube_options()
 @pass_settings

@@ -17,6 +17,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
     STOPPED_AT_ANNOTATION, STOPPED_BY_ANNOTATION)
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_duration
 
+from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import DevctlError
@@ -76,7 +77,7 @@ def _result(obj: dict, output: str, text: str) -> None:
 
 
 @click.command("stop")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @output_option()
 @kube_options()
 @pass_settings
@@ -89,7 +90,7 @@ def stop(settings: Settings, name: str, output: str) -> None:
 
 
 @click.command("start")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @click.option("--wait", "wait_", is_flag=True, help="Wait until the server is Ready (shows the queue position).")
 @click.option("--timeout", type=DURATION, default="30m", show_default=True, help="How long --wait waits.")
 @output_option()
@@ -111,7 +112,7 @@ def start(settings: Settings, name: str, wait_: bool, timeout: float, output: st
 
 
 @click.command("cancel")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @output_option()
 @kube_options()
 @pass_settings
@@ -125,7 +126,7 @@ def cancel(settings: Settings, name: str, output: str) -> None:
 
 
 @click.command("extend")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True,
               help="Hours to add to the reservation.")
 @click.option("--timeout", type=DURATION, default="60s", show_default=True,
@@ -157,7 +158,7 @@ def extend(settings: Settings, name: str, hours: float, timeout: float, output: 
 
 
 @click.command("keepalive")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True, max=MAX_KEEPALIVE_HOURS), required=True,
               help=f"Postpone an idle shutdown by this many hours (at most {MAX_KEEPALIVE_HOURS}).")
 @output_option()
@@ -196,7 +197,7 @@ def pick_flavor(flavors: list[dict], gpus: int, replicas: int) -> dict:
 @click.command("reserve")
 @click.option("--gpus", type=click.IntRange(0, 1024), required=True, help="GPUs in all.")
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True, help="Reservation length.")
-@click.option("--flavor", help="DevServerFlavor (default: the cheapest that fits --gpus).")
+@click.option("--flavor", shell_complete=complete.flavors, help="DevServerFlavor (default: the cheapest that fits --gpus).")
 @click.option("--distributed", is_flag=True, help="Distributed mode over --replicas pods.")
 @click.option("--replicas", type=click.IntRange(1, 1024), help="Pods in distributed mode.")
 @click.option("--name", help="Server name (default: gpu<N>-<random>).")

@@ -26,7 +26,7 @@ COMMANDS = {
     "keepalive": "lifecycle:keepalive", "reserve": "lifecycle:reserve", "ssh": "ssh:ssh", "run": "run:run",
     "monitor": "monitor:monitor", "flavors": "flavor:flavors", "queue": "queue:queue", "quota": "quota:quota",
     "usage": "usage:usage", "whoami": "whoami:whoami", "config": "config:config_group", "admin": "admin:admin",
-    "train": "train:train", "infer": "infer:infer",
+    "train": "train:train", "infer": "infer:infer", "completion": "completion:completion",
 }
 
 

@@ -14,6 +14,7 @@ from time import sleep as _sleep  # patched by the tests
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils import quantity
 
+from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
 from .devserver import desired_replicas, phase_of, ready_column
@@ -179,7 +180,7 @@ def render_header(snap: dict, interval: float | None) -> str:
 
 
 @click.command("monitor")
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @click.option("--interval", type=DurationType(0.1, 3600), default="2", show_default=True, metavar="DURATION",
               help="Time between refreshes (2, 0.5, 10s, 1m).")
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL, POD_INDEX_LABEL
 
+from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
 from .devserver import desired_replicas
@@ -503,7 +504,7 @@ def _check_nprocs(_ctx, _param, value: str | None) -> str | None:
 
 
 @click.command("run", cls=RunCommand)
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @click.option("--nprocs-per-node", "nprocs", metavar="N|gpu|cpu|auto", callback=_check_nprocs,
               help="Processes per replica (devrun --nproc-per-node); default: the server's "
                    "spec.distributed.nprocsPerNode (NPROC_PER_NODE in the pods).")

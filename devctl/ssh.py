@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import SSH_PORT
 
+from . import completion as complete
 from .context import kube_options, pass_settings
 from .config import Settings
 from .errors import ApiError, DevctlError, NotFound
@@ -198,7 +199,7 @@ def run_plan(plan: SshPlan) -> int:
 
 
 @click.command("ssh", context_settings={"ignore_unknown_options": False})
-@click.argument("name")
+@click.argument("name", shell_complete=complete.servers)
 @click.option("--replica", type=click.IntRange(min=0), help="Replica (pod index) of a distributed server.")
 @click.option("--user", default="dev", show_default=True, help="Remote user.")
 @click.option("--print", "print_only", is_flag=True, help="Only print the command(s); do not connect.")

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from . import API_VERSION, GROUP
+from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError
@@ -206,7 +207,7 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict]) -> str:
 
 
 @train.command("get")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.training_jobs)
 @output_option()
 @kube_options()
 @pass_settings
@@ -231,7 +232,7 @@ def get(settings: Settings, name: str, output: str) -> None:
 
 # -- logs -----------------------------------------------------------------------------------------
 @train.command("logs")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.training_jobs)
 @click.option("--rank", type=click.IntRange(0, 99), help="Only this worker (the completion index); -f needs one.")
 @click.option("-f", "--follow", is_flag=True, help="Stream the log (rank 0 unless --rank).")
 @click.option("--tail", type=click.IntRange(0), help="Only the last N lines of each worker.")
@@ -271,7 +272,7 @@ def _set_suspend(settings: Settings, name: str, value: bool) -> None:
 
 
 @train.command("suspend")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.training_jobs)
 @kube_options()
 @pass_settings
 def suspend(settings: Settings, name: str) -> None:
@@ -280,7 +281,7 @@ def suspend(settings: Settings, name: str) -> None:
 
 
 @train.command("resume")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.training_jobs)
 @kube_options()
 @pass_settings
 def resume(settings: Settings, name: str) -> None:
@@ -289,7 +290,7 @@ def resume(settings: Settings, name: str) -> None:
 
 
 @train.command("delete")
-@click.argument("name", callback=validate_name)
+@click.argument("name", callback=validate_name, shell_complete=complete.training_jobs)
 @kube_options()
 @pass_settings
 def delete(settings: Settings, name: str) -> None:
