@@ -65,15 +65,25 @@ test: deps setup $(S3_STAMP) cluster-build ## Run every test: pytest (unit, kube
 # kube-scheduler from k8s.io/kubernetes, an embedded etcd (hack/cluster/go.mod pins them) and kwok,
 # the fake kubelet, built into .cache/cluster/bin; the stamps make a second build a no-op.
 CLUSTER_BIN := .cache/cluster/bin
-CLUSTER_STAMP := $(CLUSTER_BIN)/.build-stamp
+CLUSTER_STAMP = $(CLUSTER_BIN)/.build-stamp-$(K8S_VERSION)
 KWOK_VERSION ?= v0.8.0
 KWOK_STAMP := $(CLUSTER_BIN)/.kwok-$(KWOK_VERSION)
 CLUSTER_DIR ?= .cache/cluster/run
 CLUSTER_GO_SOURCES := hack/cluster/go.mod hack/cluster/go.sum $(wildcard hack/cluster/*.go hack/cluster/cmd/*/*.go)
 
+# The release's version in the binaries, as Kubernetes' own build stamps it (hack/lib/version.sh):
+# unstamped, kube-apiserver's /version says v0.0.0-master+$Format:%H$, which Kueue cannot parse
+# (the stamp's name carries the version: binaries built unstamped are rebuilt).
+K8S_VERSION := $(shell sed -n 's/^\tk8s.io\/kubernetes \(v[0-9.]*\)$$/\1/p' hack/cluster/go.mod)
+K8S_VERSION_PARTS := $(subst ., ,$(K8S_VERSION:v%=%))
+K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(K8S_VERSION_PARTS)) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(K8S_VERSION_PARTS)) \
+	-X k8s.io/component-base/version.gitTreeState=clean
+
 $(CLUSTER_STAMP): $(CLUSTER_GO_SOURCES)
 	@mkdir -p $(CLUSTER_BIN)
-	cd hack/cluster && CGO_ENABLED=0 nice go build -o $(CURDIR)/$(CLUSTER_BIN)/ ./cmd/etcd \
+	cd hack/cluster && CGO_ENABLED=0 nice go build -ldflags "$(K8S_LDFLAGS)" -o $(CURDIR)/$(CLUSTER_BIN)/ ./cmd/etcd \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler
 	@touch $@
@@ -97,6 +107,32 @@ cluster: setup cluster-build ## Start the real control plane on loopback (CLUSTE
 
 cluster-down: ## Stop the control plane `make cluster` started (idempotent)
 	@$(BIN)/python -m hack.cluster down --dir $(CLUSTER_DIR)
+
+# The real ansible-operator and Kueue of tests/real (issue 26.3, 26.2), into .cache/cluster/bin:
+# ansible-operator-plugins v1.39.0 (the base image's release) through hack/ansible_operator/go.mod
+# (`go install ...@v1.39.0` is refused: hack/ansible_operator/README.md), Kueue by `go install`
+# (KUEUE_VERSION is hack/kueue/run.py's VERSION; third_party/kueue-<version> holds its CRDs).
+OPERATOR_STAMP := .cache/cluster/bin/.ansible-operator-stamp
+KUEUE_VERSION := v0.19.2
+KUEUE_STAMP := .cache/cluster/bin/.kueue-$(KUEUE_VERSION)
+.PHONY: operator-build kueue-build
+
+$(OPERATOR_STAMP): hack/ansible_operator/go.mod hack/ansible_operator/go.sum
+	@mkdir -p $(dir $@)
+	cd hack/ansible_operator && CGO_ENABLED=0 nice go build -trimpath -o $(CURDIR)/.cache/cluster/bin/ansible-operator \
+		github.com/operator-framework/ansible-operator-plugins/cmd/ansible-operator
+	@touch $@
+
+$(KUEUE_STAMP):
+	@mkdir -p $(dir $@)
+	CGO_ENABLED=0 GOBIN=$(CURDIR)/.cache/cluster/bin nice go install sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
+	@touch $@
+
+operator-build: $(OPERATOR_STAMP) ## Build the real ansible-operator (v1.39.0, hack/ansible_operator) into .cache/cluster/bin
+
+kueue-build: $(KUEUE_STAMP) ## Build the real Kueue controller (v0.19.2) into .cache/cluster/bin
+
+test: operator-build kueue-build
 
 # The full-size runs of tests/reliability (issue 17): 50 DevServers, 10 DevUsers, 10 TrainingJobs and 10
 # EphemeralAccelerationJobs under 20 % API faults, 20 SIGKILLs of the operator during a burst; one file
