@@ -84,7 +84,11 @@ class Managed:
             shutil.rmtree(self.work, ignore_errors=True)
 
     def __enter__(self):
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # what start() began (a process, a lock) does not outlive the failure
+            raise
 
     def __exit__(self, *exc) -> None:
         self.stop()

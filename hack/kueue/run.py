@@ -23,8 +23,9 @@ its visibility API reachable from the API server.
   proxies to that Service's EndpointSlice, whose addresses may not be loopback (API
   validation). So Kueue's visibility server listens on this machine's first non-loopback IPv4
   address (`host_ip()`), a selector-less Service kueue-system/kueue-visibility-server has an
-  EndpointSlice naming that address and port, and the APIServices carry our CA (which signs
-  that IP) instead of the release's insecureSkipTLSVerify. Without such an address the
+  EndpointSlice naming that address and port, and the APIServices carry our CA (whose
+  certificate names the Service's DNS name, which the aggregator verifies) instead of the
+  release's insecureSkipTLSVerify. Without such an address the
   visibility API is left out (VisibilityOnDemand off), said in `Kueue.visibility`.
 * Kueue reads its metrics and visibility certificates from fixed paths (/etc/kueue/metrics/certs,
   /visibility: its Deployment mounts them). It runs in a private mount namespace (`unshare -m`,
@@ -189,7 +190,9 @@ class Kueue(Managed):
         certs = self.work / "certs"
         certs.mkdir(parents=True, exist_ok=True)
         ips = ("127.0.0.1",) + ((self.ip,) if self.ip else ())
-        ca.issue(certs, "tls", "kueue", server_names=("localhost",), ips=ips)
+        # the aggregator checks the Service's DNS name (not the EndpointSlice's address)
+        ca.issue(certs, "tls", "kueue", server_names=("localhost", "%svisibility-server.%s.svc" % (PREFIX, NAMESPACE)),
+                 ips=ips)
         return certs, ca.crt_path.read_bytes()
 
     def start(self, timeout: float = 180) -> Kueue:
@@ -226,10 +229,17 @@ class Kueue(Managed):
         apply(self.admin_kubeconfig, webhook_configurations(ports["webhook"], ca_pem))
         if vis:
             apply(self.admin_kubeconfig, visibility_objects(self.ip, ports["visibility"], ca_pem))
-            _kubectl(self.admin_kubeconfig, "wait", "--for=condition=Available", "--timeout=%ds" % timeout,
-                     "apiservice/v1beta2.visibility.kueue.x-k8s.io", timeout=timeout + 10)
+            # Available is not enough (it does not check TLS): wait until the aggregator's proxy answers
+            self.child.wait_until(self._visibility_answers, timeout, "visibility API through the aggregator")
         self.timings = {"setup_s": t1 - t0, "ready_s": time.monotonic() - t1}
         return self
+
+    def _visibility_answers(self) -> bool:
+        try:
+            _kubectl(self.admin_kubeconfig, "get", "--raw", "/apis/visibility.kueue.x-k8s.io/v1beta2", timeout=20)
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return False
+        return True
 
     def unregister(self) -> None:
         """Remove what points the API server at this process (webhook configurations with

@@ -32,23 +32,21 @@ USAGE_FINALIZER = "torchdev.io/devserver-usage"
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def wait_for(predicate, timeout: float, what: str, operator: AnsibleOperator | None = None):
-    """kubesim.testing.wait_for (its value; API errors count as not yet), failing with the operator's log."""
+def wait_for(predicate, timeout: float, what: str, operator: AnsibleOperator | None = None, detail=None):
+    """kubesim.testing.wait_for (its value; API errors count as not yet), failing with `detail()`
+    (what was seen) and the operator's log."""
     try:
         return poll(predicate, timeout, interval=0.5, message=what)
     except TimeoutError as err:
-        pytest.fail(str(err) + ("\n--- operator log ---\n" + operator.log_tail() if operator else ""))
+        pytest.fail(str(err) + ("\n--- seen ---\n%s" % detail() if detail else "")
+                    + ("\n--- operator log ---\n" + operator.log_tail() if operator else ""))
 
 
 def running_operator(admin_kubeconfig, workdir):
     """The real ansible-operator for a test module (fixtures: this module's and test_kueue_real's)."""
     assert BIN.is_file(), "%s is not built: run `make operator-build`" % BIN
-    op = AnsibleOperator(admin_kubeconfig, workdir)
-    try:
-        op.start()
+    with AnsibleOperator(admin_kubeconfig, workdir) as op:
         yield op
-    finally:
-        op.stop()
 
 
 HOME_CLASS = "gp3"  # roles/devserver/defaults: devserver_defaults.homeStorageClassName
