@@ -18,6 +18,8 @@ S3_STAMP := $(S3_VENV)/.setup-stamp
 VERSION ?= $(shell cat VERSION)
 IMAGE_TAG_BASE ?= ghcr.io/torchdev/torchdev-operator
 IMG ?= $(IMAGE_TAG_BASE):$(VERSION)
+# The DevServer image (images/devserver): the CRD's default spec.image, same VERSION.
+DEVSERVER_IMG ?= ghcr.io/torchdev/torchdev-devserver:$(VERSION)
 # The OLM bundle (make bundle, docs/delivery.md): its image, channels, upgrade edges.
 BUNDLE_IMG ?= $(IMAGE_TAG_BASE)-bundle:v$(VERSION)
 CHANNELS ?= alpha
@@ -34,7 +36,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # cores shorten the run; 1 runs the files one after another.
 TEST_WORKERS ?= 4
 
-.PHONY: help setup deps demo test soak cluster-build cluster cluster-down molecule lint checkov run install uninstall deploy undeploy bench docker-build clean \
+.PHONY: help setup deps demo test soak cluster-build cluster cluster-down molecule lint checkov run install uninstall deploy undeploy bench docker-build docker-build-devserver clean \
 	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
@@ -150,7 +152,7 @@ molecule: setup ## The molecule scenario (kubesim started in create.yml): conver
 lint: setup ## ruff (pyflakes rules), yamllint, ansible-lint (production profile) and hadolint (Dockerfile)
 	$(BIN)/ruff check --no-cache -q .
 	$(BIN)/yamllint -s .
-	$(BIN)/hadolint Dockerfile
+	$(BIN)/hadolint Dockerfile images/devserver/Dockerfile
 	$(BIN)/ansible-lint --profile production --offline -q roles playbooks molecule
 
 $(S3_STAMP): requirements-s3.txt $(STAMP)
@@ -232,8 +234,9 @@ bundle-validate: bundle ## Validate bundle/ offline (hack/bundle_validate.py: wh
 bundle-build: ## Build the bundle image $BUNDLE_IMG (needs a Docker engine and make bundle)
 	docker build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
 
-release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject, devctl, IMG, config/default, bundle/)
-	$(BIN)/python -m hack.version check --version "$(VERSION)" --img "$(IMG)" --bundle bundle
+release-check: ## Every place says VERSION (VERSION file, galaxy.yml, pyproject, devctl, IMG, config/default, the default DevServer image, bundle/)
+	$(BIN)/python -m hack.version check --version "$(VERSION)" --img "$(IMG)" --devserver-img "$(DEVSERVER_IMG)" \
+	  --bundle bundle
 
 test-image: setup $(IMAGE_STAMP) ## The image without Docker: HOME from the Dockerfile, every role's e2e tests and molecule with its ansible-core 2.18
 	$(BIN)/python -m hack.image --venv $(IMAGE_VENV) --home $(IMAGE_HOME) --env-file $(IMAGE_HOME).env
@@ -249,6 +252,9 @@ test-image: setup $(IMAGE_STAMP) ## The image without Docker: HOME from the Dock
 
 docker-build: ## Build the operator image (needs a Docker engine)
 	docker build -t $(IMG) .
+
+docker-build-devserver: ## Build the DevServer image $DEVSERVER_IMG, the default spec.image (needs a Docker engine)
+	docker build -t $(DEVSERVER_IMG) images/devserver
 
 clean: ## Remove bundle/, .venv, collections and the test-only tools (.venv-checkov, .venv-s3, .venv-image, .cache)
 	rm -rf bundle bundle.Dockerfile $(VENV) collections $(CHECKOV_VENV) $(S3_VENV) $(IMAGE_VENV) .cache

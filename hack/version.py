@@ -2,7 +2,8 @@
 """One version everywhere (docs/delivery.md): the VERSION file at the repository root is the
 source; everything else reads it or is checked against it.
 
-    python -m hack.version check [--version X.Y.Z] [--img IMG] [--bundle DIR]   (make release-check)
+    python -m hack.version check [--version X.Y.Z] [--img IMG] [--devserver-img IMG] [--bundle DIR]
+                                                                          (make release-check)
     python -m hack.version set X.Y.Z     writes VERSION and the two copies that cannot read it
     python -m hack.version image         the operator image config/default deploys
 
@@ -15,6 +16,9 @@ source; everything else reads it or is checked against it.
 | bundle/ (the CSV)                   | generated from it (`make bundle`, hack/bundle.py)         |
 | galaxy.yml version                  | a copy (galaxy.yml is plain YAML): checked, written by set |
 | config/default images newTag        | a copy (kustomize reads no file): checked, written by set |
+| Makefile DEVSERVER_IMG              | reads it (images/devserver, `make docker-build-devserver`) |
+| the DevServer CRD's default image,  | copies (a CRD default is a literal): checked, written by  |
+| roles/devserver's defaults image    | set; the tag of DEVSERVER_REPO                            |
 
 `check` prints one line per disagreement and exits 1 when there is any.
 """
@@ -38,6 +42,26 @@ SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
                     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
                     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
 GALAXY_VERSION = re.compile(r"^version:.*$", re.M)
+# The DevServer image (images/devserver/Dockerfile): the default spec.image, tagged VERSION, in
+# the CRD (a literal default) and in the devserver role's defaults (which mirror the CRD's).
+DEVSERVER_REPO = "ghcr.io/torchdev/torchdev-devserver"
+DEVSERVER_IMAGE_FILES = {
+    "DevServer CRD default spec.image": ("config/crd/bases/torchdev.io_devservers.yaml", "default"),
+    "roles/devserver defaults image": ("roles/devserver/defaults/main.yml", "image"),
+}
+
+
+def _devserver_image_line(key: str) -> re.Pattern:
+    return re.compile(r"^([ \t]*%s: )%s:(\S*)[ \t]*$" % (key, re.escape(DEVSERVER_REPO)), re.M)
+
+
+def devserver_images(root: Path = ROOT) -> dict[str, str]:
+    """{where: tag} of the DevServer image in each copy ("" where the default is another image)."""
+    found = {}
+    for where, (path, key) in DEVSERVER_IMAGE_FILES.items():
+        match = _devserver_image_line(key).search((root / path).read_text())
+        found[where] = match.group(2) if match else ""
+    return found
 NEW_TAG = re.compile(r"^(\s*newTag:).*$", re.M)
 
 
@@ -102,7 +126,8 @@ def bundle_versions(bundle: Path) -> dict[str, str]:
     return found
 
 
-def disagreements(version: str, root: Path = ROOT, img: str | None = None, bundle: Path | None = None) -> list[str]:
+def disagreements(version: str, root: Path = ROOT, img: str | None = None, bundle: Path | None = None,
+                  devserver_img: str | None = None) -> list[str]:
     """One line per place that does not say `version` (empty: they all agree)."""
     out = []
     if not is_semver(version):
@@ -117,8 +142,12 @@ def disagreements(version: str, root: Path = ROOT, img: str | None = None, bundl
     compare("pyproject.toml version", pyproject_version(root))
     compare("devctl version", devctl_version(root))
     compare("config/default images newTag", str(_default_images(root).get("newTag", "")))
+    for where, tag in devserver_images(root).items():
+        compare("%s tag (%s)" % (where, DEVSERVER_REPO), tag)
     if img is not None:
         compare("Makefile IMG tag (%s)" % img, image_tag(img))
+    if devserver_img is not None:
+        compare("Makefile DEVSERVER_IMG tag (%s)" % devserver_img, image_tag(devserver_img))
     if bundle is not None:
         found = bundle_versions(bundle)
         if not found:
@@ -137,6 +166,10 @@ def set_version(version: str, root: Path = ROOT) -> None:
     galaxy.write_text(GALAXY_VERSION.sub("version: " + version, galaxy.read_text(), count=1))
     kustomization = root / "config" / "default" / "kustomization.yaml"
     kustomization.write_text(NEW_TAG.sub(lambda m: "%s %s" % (m.group(1), version), kustomization.read_text(), count=1))
+    for path, key in DEVSERVER_IMAGE_FILES.values():
+        target = root / path
+        target.write_text(_devserver_image_line(key).sub(
+            lambda m: "%s%s:%s" % (m.group(1), DEVSERVER_REPO, version), target.read_text(), count=1))
 
 
 def main(argv: list[str]) -> int:
@@ -146,8 +179,10 @@ def main(argv: list[str]) -> int:
     check = sub.add_parser("check", help="every place agrees with VERSION (exit 1, one line per disagreement)")
     check.add_argument("--version", help="the version to expect (default: the VERSION file)")
     check.add_argument("--img", help="the operator image the Makefile builds (its tag must be the version)")
+    check.add_argument("--devserver-img", help="the DevServer image the Makefile builds (its tag too)")
     check.add_argument("--bundle", type=Path, help="a generated bundle directory to check too")
-    setter = sub.add_parser("set", help="write the version into VERSION, galaxy.yml and config/default")
+    setter = sub.add_parser("set", help="write the version into VERSION, galaxy.yml, config/default and the "
+                                        "DevServer image defaults")
     setter.add_argument("version")
     sub.add_parser("image", help="print the operator image config/default renders")
     args = parser.parse_args(argv)
@@ -158,7 +193,7 @@ def main(argv: list[str]) -> int:
         set_version(args.version, args.root)
         return 0
     version = args.version or read_version(args.root)
-    lines = disagreements(version, args.root, args.img, args.bundle)
+    lines = disagreements(version, args.root, args.img, args.bundle, args.devserver_img)
     for line in lines:
         print("release-check: " + line, file=sys.stderr)
     if not lines:

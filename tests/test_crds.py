@@ -356,7 +356,7 @@ def test_standalone_defaults(models):
     assert out["spec"] == {
         "owner": "jane@example.com",
         "flavor": "gpu-a10g-1",
-        "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+        "image": "ghcr.io/torchdev/torchdev-devserver:0.1.0",
         "imagePullPolicy": "IfNotPresent",
         "mode": "standalone",
         "persistentHomeSize": "100Gi",

@@ -1,6 +1,7 @@
 """One version everywhere (issue 16.5, docs/delivery.md): the VERSION file is read by
 pyproject.toml, devctl and the Makefile, and `make release-check VERSION=x.y.z` fails, one line
-per place, when galaxy.yml, config/default's image tag, the Makefile's IMG or bundle/ disagree."""
+per place, when galaxy.yml, config/default's image tag, the Makefile's IMG or DEVSERVER_IMG, the DevServer
+image the CRD and the devserver role default to (issue 27.5) or bundle/ disagree."""
 from __future__ import annotations
 
 import shutil
@@ -16,7 +17,7 @@ from hack import bundle, version
 
 # What `make release-check` reads, copied into a scratch checkout the tests may edit.
 FILES = ("VERSION", "galaxy.yml", "pyproject.toml", "Makefile", "config/default/kustomization.yaml",
-         "hack/version.py", "devctl")
+         "hack/version.py", "devctl", "config/crd/bases/torchdev.io_devservers.yaml", "roles/devserver/defaults/main.yml")
 
 
 def write_bundle(root: Path, ver: str, manifests: list) -> None:
@@ -78,7 +79,10 @@ def test_release_check_of_another_version_names_every_place(checkout):
     places = [line.split(": ", 1)[1].split(":", 1)[0] for line in res.stderr.splitlines()
               if line.startswith("release-check:")]
     assert places == ["VERSION", "galaxy.yml version", "pyproject.toml version", "devctl version",
-                      "config/default images newTag", "Makefile IMG tag (example.com/op", "bundle CSV spec.version",
+                      "config/default images newTag", "DevServer CRD default spec.image tag (ghcr.io/torchdev/torchdev-devserver)",
+                      "roles/devserver defaults image tag (ghcr.io/torchdev/torchdev-devserver)",
+                      "Makefile IMG tag (example.com/op",
+                      "bundle CSV spec.version",
                       "bundle CSV metadata.name", "bundle CSV containerImage"], res.stderr
 
 
@@ -102,4 +106,35 @@ def test_set_version_writes_the_copies(checkout, manifests):
     res = release_check(checkout)
     assert res.returncode == 0, res.stderr
     assert version.default_image(checkout) == "ghcr.io/torchdev/torchdev-operator:1.2.3"
+    assert version.devserver_images(checkout) == {"DevServer CRD default spec.image": "1.2.3",
+                                                  "roles/devserver defaults image": "1.2.3"}
     assert "# The repository root is the Ansible collection" in (checkout / "galaxy.yml").read_text()  # comments kept
+
+
+def test_the_default_devserver_image_is_this_version():
+    """The CRD's default spec.image is the DevServer image the Makefile builds (issue 27.5)."""
+    crd = yaml.safe_load((ROOT / "config" / "crd" / "bases" / "torchdev.io_devservers.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["image"]["default"] == "%s:%s" % (version.DEVSERVER_REPO, version.read_version())
+    assert (ROOT / "images" / "devserver" / "Dockerfile").is_file()
+
+
+@pytest.mark.parametrize("where,path,old", [
+    ("DevServer CRD default spec.image", "config/crd/bases/torchdev.io_devservers.yaml", "default: "),
+    ("roles/devserver defaults image", "roles/devserver/defaults/main.yml", "image: "),
+])
+def test_release_check_fails_when_the_devserver_image_is_not_this_version(checkout, where, path, old):
+    ver = version.read_version()
+    target = checkout / path
+    image = "%s:%s" % (version.DEVSERVER_REPO, ver)
+    target.write_text(target.read_text().replace(old + image, old + version.DEVSERVER_REPO + ":0.0.1"))
+    res = release_check(checkout)
+    assert res.returncode != 0
+    lines = [line for line in res.stderr.splitlines() if line.startswith("release-check:")]
+    assert lines == ["release-check: %s tag (%s): 0.0.1, expected %s" % (where, version.DEVSERVER_REPO, ver)]
+
+
+def test_release_check_checks_the_devserver_image_the_makefile_builds(checkout):
+    res = release_check(checkout, "DEVSERVER_IMG=example.com/dev:0.0.1")
+    assert res.returncode != 0
+    assert "release-check: Makefile DEVSERVER_IMG tag (example.com/dev:0.0.1): 0.0.1, expected" in res.stderr
