@@ -658,6 +658,9 @@ def delete(settings: Settings, name: str, purge: bool, yes: bool, wait_: bool, t
         api.delete_devserver(namespace, name)
         click.echo(f'{RESOURCE} "{name}" deleted from namespace {namespace}')
         gone[f"devserver/{name}"] = lambda: api.get_devserver(namespace, name)
+        from .ssh_config import forget
+
+        forget([name], namespace)  # its `devctl ssh-config` entries, if any
     else:
         info(f'devserver "{name}" is already gone; deleting its home volumes')
 

@@ -27,6 +27,7 @@ COMMANDS = {
     "monitor": "monitor:monitor", "flavors": "flavor:flavors", "queue": "queue:queue", "quota": "quota:quota",
     "usage": "usage:usage", "whoami": "whoami:whoami", "config": "config:config_group", "admin": "admin:admin",
     "train": "train:train", "infer": "infer:infer", "completion": "completion:completion",
+    "ssh-config": "ssh_config:ssh_config", "ssh-proxy": "ssh_config:ssh_proxy",
 }
 
 

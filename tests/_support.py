@@ -6,6 +6,7 @@ whose message names the fix, not a skip (the root conftest.py turns any skip wit
 machine reason into a failure)."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -27,6 +28,28 @@ def tool(name: str) -> str:
         pytest.fail(f"{name} not found in {VENV_BIN} or on PATH: run `make setup` "
                     "(it installs everything the tests need into .venv/)", pytrace=False)
     return found
+
+
+def system_tool(name: str) -> str:
+    """The path of a command from the machine's packages (sshd, ssh, scp, ssh-keygen: Debian's
+    openssh-server and -client, which ``make deps`` installs); fails the test when missing."""
+    for directory in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        if os.access(os.path.join(directory, name), os.X_OK):
+            return os.path.join(directory, name)
+    found = shutil.which(name)
+    if not found:
+        pytest.fail(f"{name} not found: this test runs the real OpenSSH tools "
+                    "(Debian: apt-get install openssh-server; make deps installs it)", pytrace=False)
+    return found
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 COLLECTIONS = ROOT / "collections"

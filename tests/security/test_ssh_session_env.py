@@ -19,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import shutil
-import socket
 import stat
 import subprocess
 from pathlib import Path
@@ -28,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from _support import ROOT
+from _support import ROOT, free_port as _free_port, system_tool as _which
 from hack import render_manifests
 
 SSH_TOOLS = ("sshd", "ssh", "ssh-keygen", "sftp")
@@ -52,23 +50,6 @@ VALUES = {
 }
 ENV = ([{"name": k, "value": v} for k, v in VALUES.items() if v is not None]
        + [{"name": "SECRET_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}])
-
-
-def _which(name: str) -> str:
-    for directory in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
-        if os.access(os.path.join(directory, name), os.X_OK):
-            return os.path.join(directory, name)
-    found = shutil.which(name)
-    if not found:
-        pytest.fail(f"{name} not found: this test runs the real OpenSSH server "
-                    "(Debian: apt-get install openssh-server; make deps installs it)", pytrace=False)
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from _support import ROOT
+from _support import ROOT, free_port as _free_port, system_tool as _which
 from hack import render_manifests
-from test_ssh_session_env import _free_port, _which, entrypoint
+from test_ssh_session_env import entrypoint
 
 API = "torchdev.io/v1alpha1"
 SECRET_MOUNT = "/etc/torchdev/ssh-secret"  # where the rendered sshd_config reads the Secret's file
