@@ -9,7 +9,7 @@
   the built torchdev.operator collection and kubernetes.core in HOME/.ansible/collections,
   watches.yaml in HOME, the working directory; .venv-image/bin first on PATH (ansible-core
   2.18, ansible-runner 2.4, ansible-runner-http, kubernetes 33.1.0); the Dockerfile's ENV;
-  the base image's /etc/ansible/ansible.cfg (roles_path, library) through ANSIBLE_CONFIG; the
+  an empty ANSIBLE_CONFIG (the base image's own names only directories the collection does not use); the
   manager container's env of config/manager/manager.yaml (its /tmp paths under the work dir).
 * The command: the base image's entrypoint, `ansible-operator run --watches-file=./watches.yaml`,
   with the manager container's args of config/manager/manager.yaml, except that leader election
@@ -53,8 +53,11 @@ NAMESPACE = "torchdev-system"
 SERVICE_ACCOUNT = "torchdev-controller-manager"
 # The kinds `operator_identity` applies from config/default (the rest: CRDs, the Deployment).
 IDENTITY_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-# The base image's /etc/ansible/ansible.cfg (ansible-operator-plugins images/ansible-operator/Dockerfile).
-IMAGE_ANSIBLE_CFG = "[defaults]\nroles_path = /opt/ansible/roles\nlibrary = /usr/share/ansible/openshift\n"
+# The Ansible configuration: an empty one, so that no ansible.cfg of this machine applies. The base
+# image's /etc/ansible/ansible.cfg only names a roles directory and a module directory under /opt and
+# /usr/share (ansible-operator-plugins images/ansible-operator/Dockerfile), which the collection,
+# found by FQCN, does not use.
+IMAGE_ANSIBLE_CFG = "[defaults]\n"
 # The args of the manager container replaced here (the rest are passed as they are).
 REPLACED_ARGS = ("--leader-elect", "--health-probe-bind-address", "--metrics-bind-address", "--proxy-port")
 # The port ansible-runner's kubeconfig names (hard-coded in v1.39.0) and the lock that gives it to one operator.
@@ -94,7 +97,7 @@ def operator_env(container: dict, home: pathlib.Path, work: pathlib.Path, kubeco
             env[item["name"]] = item["value"].replace("/tmp/", str(tmp) + "/")
     env.update(image_env)
     cfg = work / "ansible.cfg"
-    cfg.write_text(IMAGE_ANSIBLE_CFG.replace("/opt/ansible", str(home)))
+    cfg.write_text(IMAGE_ANSIBLE_CFG)
     env.update(HOME=str(home), KUBECONFIG=str(kubeconfig), ANSIBLE_CONFIG=str(cfg),
                ANSIBLE_COLLECTIONS_PATH=str(home / ".ansible" / "collections"),
                PATH=os.pathsep.join([str(IMAGE_VENV / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]))
