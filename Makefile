@@ -183,6 +183,9 @@ $(IMAGE_STAMP): requirements-image.txt requirements-image-test.txt
 	  -c requirements-image.txt
 	@touch $(IMAGE_STAMP)
 
+# tests/real runs the real ansible-operator with the image's Python environment (hack/ansible_operator/run.py).
+test: $(IMAGE_STAMP)
+
 $(CHECKOV_STAMP): requirements-checkov.txt
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt

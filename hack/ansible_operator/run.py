@@ -107,9 +107,13 @@ def operator_env(container: dict, home: pathlib.Path, work: pathlib.Path, kubeco
 def layout_home(home: pathlib.Path) -> dict[str, str]:
     """HOME as the image holds it (hack/image.py); returns the Dockerfile's ENV."""
     env_file = home.with_name(home.name + ".env")
-    subprocess.run([sys.executable, "-m", "hack.image", "--venv", str(IMAGE_VENV), "--home", str(home),
-                    "--env-file", str(env_file)], cwd=ROOT, check=True, capture_output=True, text=True,
-                   timeout=900)
+    if not (IMAGE_VENV / "bin" / "python").exists():
+        raise FileNotFoundError(f"{IMAGE_VENV} is missing: run 'make .venv-image/.setup-stamp' "
+                                "(make test and make test-image build it)")
+    proc = subprocess.run([sys.executable, "-m", "hack.image", "--venv", str(IMAGE_VENV), "--home", str(home),
+                           "--env-file", str(env_file)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"hack.image failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-2000:]}")
     out = {}
     for line in env_file.read_text().splitlines():
         key, _, value = line.partition("=")
