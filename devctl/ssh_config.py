@@ -40,7 +40,9 @@ def split_block(text: str) -> tuple[list[list[str]], str]:
     if BEGIN not in lines:
         return [], text
     start = lines.index(BEGIN)
-    end = lines.index(END, start) if END in lines[start:] else len(lines) - 1
+    if END not in lines[start:]:  # edited by hand: nothing of the file may be lost
+        raise ValueError(f"the line {BEGIN!r} has no {END!r} after it: restore it, or remove the block by hand")
+    end = lines.index(END, start)
     entries: list[list[str]] = []
     for line in lines[start + 1:end]:
         if line.startswith("Host "):
@@ -98,7 +100,10 @@ def write_config(path: str, add: list[list[str]], remove: set[str], remove_all: 
             text = fh.read()
     except FileNotFoundError:
         text = ""
-    entries, rest = split_block(text)
+    try:
+        entries, rest = split_block(text)
+    except ValueError as exc:
+        raise DevctlError(f"{path}: {exc}") from None
     names = {n for entry in add for n in entry_names(entry)} | set(remove)
     kept = [] if remove_all else [e for e in entries if not set(entry_names(e)) & names]
     entries = kept + add
@@ -121,7 +126,7 @@ def forget(names: list[str], namespace: str, path: str | None = None) -> None:
     try:
         with open(path, encoding="utf-8") as fh:
             entries, _rest = split_block(fh.read())
-    except OSError:
+    except (OSError, ValueError):  # no file, or a block edited by hand: left alone
         return
     ours = [re.compile(r"^  HostName %s(-\d+)?\.%s\.devserver$" % (re.escape(n), re.escape(namespace))) for n in names]
     gone = {n for entry in entries if any(p.match(line) for p in ours for line in entry) for n in entry_names(entry)}

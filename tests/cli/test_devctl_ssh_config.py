@@ -110,3 +110,18 @@ def test_delete_forgets_the_servers_entries(devctl, cluster, sshd):
     assert [e[0].split()[1] for e in split_block(config.read_text())[0]] == ["stays"]
     assert devctl("ssh-config", "--remove").exit_code == 0
     assert config.read_text() == ""
+
+
+def test_a_block_edited_by_hand_is_never_lost(devctl, cluster, sshd, tmp_path):
+    """A BEGIN line without its END: devctl refuses to rewrite the file (nothing of it is lost)."""
+    config = tmp_path / "config"
+    text = f"{BEGIN}\nHost old\n  HostName x\n" + USER_CONFIG
+    config.write_text(text)
+    _server(cluster, "box", sshd["port"])
+    result = devctl("ssh-config", "--file", str(config))
+    assert result.exit_code == 1 and "has no" in result.output and "END" in result.output
+    assert config.read_text() == text
+    from devctl.ssh_config import forget
+
+    forget(["old"], cluster.ns, str(config))
+    assert config.read_text() == text
