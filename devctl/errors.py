@@ -48,10 +48,8 @@ class NotFound(ApiError):
         self.namespace = namespace
 
 
-# What a 404 is about (not_found_message): the Status body's details.kind for a missing
-# namespace, what a server without the resource answers (no details at all).
+# A missing namespace as a Status message says it (not_found_message; also in details.kind).
 _NS_MISSING = re.compile(r'^namespaces "([^"]+)" not found$')
-NO_RESOURCE = "the server could not find the requested resource"
 
 
 def not_found_message(message: str, details: dict, kind: str, name: str | None, namespace: str | None,

@@ -13,7 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import SSH_PORT
@@ -173,6 +175,29 @@ def _wait_listening(proc: subprocess.Popen, port: int, timeout: float) -> None:
     raise DevctlError(f"kubectl port-forward did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
 
 
+@contextmanager
+def forwarded(plan: SshPlan) -> Iterator[None]:
+    """While inside: the plan's ``kubectl port-forward`` listening on plan.local_port (nothing
+    for a direct plan); stopped on exit."""
+    if plan.mode != "port-forward":
+        yield
+        return
+    kubectl = plan.port_forward[0] if plan.port_forward else ""
+    if not (os.path.exists(kubectl) or shutil.which(kubectl)):
+        raise DevctlError("kubectl not found on PATH (needed for port-forward to the SSH service)")
+    proc = subprocess.Popen(plan.port_forward, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        _wait_listening(proc, plan.local_port or 0, PORT_FORWARD_TIMEOUT)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def run_plan(plan: SshPlan) -> int:
     ssh = shutil.which("ssh")
     if not ssh:
@@ -181,21 +206,9 @@ def run_plan(plan: SshPlan) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os.execvp(ssh, plan.ssh)
-    kubectl = plan.port_forward[0] if plan.port_forward else ""
-    if not (os.path.exists(kubectl) or shutil.which(kubectl)):
-        raise DevctlError("kubectl not found on PATH (needed for port-forward to the SSH service)")
     info(f"forwarding 127.0.0.1:{plan.local_port} to {plan.target} with kubectl port-forward")
-    proc = subprocess.Popen(plan.port_forward, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    try:
-        _wait_listening(proc, plan.local_port or 0, PORT_FORWARD_TIMEOUT)
+    with forwarded(plan):
         return subprocess.call([ssh, *plan.ssh[1:]])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @click.command("ssh", context_settings={"ignore_unknown_options": False})

@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import socket
-import subprocess
 import sys
 import threading
 
@@ -210,27 +209,14 @@ def _pump(source, sink) -> None:
 @pass_settings
 def ssh_proxy(settings: Settings, name: str, replica: int | None) -> None:
     """ProxyCommand of 'devctl ssh-config': stdin/stdout to dev server NAME's sshd."""
-    from .ssh import PORT_FORWARD_TIMEOUT, _wait_listening, plan_ssh
+    from .ssh import forwarded, plan_ssh
 
     plan = plan_ssh(settings, name, replica, "dev", ())
-    proc = None
-    if plan.mode == "port-forward":
-        proc = subprocess.Popen(plan.port_forward, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
     try:
-        if proc is not None:
-            _wait_listening(proc, plan.local_port or 0, PORT_FORWARD_TIMEOUT)
-        with socket.create_connection((plan.host, plan.port), timeout=30) as sock:
+        with forwarded(plan), socket.create_connection((plan.host, plan.port), timeout=30) as sock:
             sock.settimeout(None)
             upstream = threading.Thread(target=_pump, args=(sys.stdin.fileno(), sock), daemon=True)
             upstream.start()
             _pump(sock, sys.stdout.fileno())
     except OSError as exc:
         raise DevctlError(f"cannot reach {plan.target} at {plan.host}:{plan.port}: {exc}") from None
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()

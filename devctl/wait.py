@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import click
+
 from .errors import ApiError, DevctlError, NotFound, one_line
 from .output import human_duration, info, parse_time, now, stderr_is_tty
 
@@ -115,8 +117,6 @@ class Progress:
     def show(self, elapsed: float, state: str) -> None:
         line = f"[{human_duration(elapsed)}] {self.label}: {state}"
         if self.tty:
-            import click
-
             click.echo("\r\x1b[K" + line, nl=False, err=True)
             self.open = True
         elif state != self.last:
@@ -125,8 +125,6 @@ class Progress:
 
     def done(self) -> None:
         if self.open:
-            import click
-
             click.echo("", err=True)
             self.open = False
 
