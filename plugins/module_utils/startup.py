@@ -12,7 +12,8 @@ replicas to reach it:
 - ``scheduled``: until the pods were bound to nodes (PodScheduled; the scheduler binds a
   WaitForFirstConsumer claim before this)
 - ``volumes``: until the pods' volumes were attached and mounted and the sandbox was up
-  (PodReadyToStartContainers)
+  (PodReadyToStartContainers; Initialized on a node that does not report that condition: a
+  kubelet before 1.29, a virtual kubelet such as Fargate's or kwok)
 - ``containers``: until the containers ran (their ``state.running.startedAt``: the image pulled
   and started)
 - ``ready``: until the pods were Ready (the readiness probe)
@@ -36,6 +37,14 @@ def _condition_time(obj, ctype):
         if cond.get("type") == ctype and cond.get("status") == "True" and cond.get("lastTransitionTime"):
             return parse_time(cond["lastTransitionTime"])
     return None
+
+
+def _volumes_ready(pod):
+    """PodReadyToStartContainers, or Initialized where the node never reports the former."""
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    if any((c or {}).get("type") == "PodReadyToStartContainers" for c in conditions):
+        return _condition_time(pod, "PodReadyToStartContainers")
+    return _condition_time(pod, "Initialized")
 
 
 def _containers_started(pod):
@@ -100,7 +109,7 @@ def startup(cr, pods, desired_replicas, running, queue=None, now=None):
     milestones = [
         _admitted(queue, begin),
         _last(pods, lambda p: _condition_time(p, "PodScheduled"), replicas),
-        _last(pods, lambda p: _condition_time(p, "PodReadyToStartContainers"), replicas),
+        _last(pods, _volumes_ready, replicas),
         _last(pods, _containers_started, replicas),
         _last(pods, lambda p: _condition_time(p, "Ready"), replicas) if running else None,
     ]

@@ -84,3 +84,19 @@ def test_startup(name, obj, pods, replicas, running, queue, now, expected):
 ])
 def test_describe(value, text):
     assert describe(value) == text
+
+
+def test_a_node_without_pod_ready_to_start_containers_uses_initialized():
+    """A kubelet before 1.29, a virtual kubelet (Fargate, kwok) never reports
+    PodReadyToStartContainers: the volumes phase ends at Initialized, and the start completes
+    (it stayed incomplete for ever on the real tier's kwok nodes, issue 26.4)."""
+    p = pod(0, 1, 12, None, 30, 33)
+    p["status"]["conditions"].append({"type": "Initialized", "status": "True", "lastTransitionTime": t(20)})
+    got = startup(cr(), [p], 1, True, None, t(40))
+    assert got["complete"] and got["phases"] == {"queued": 0, "scheduled": 12, "volumes": 8, "containers": 10,
+                                                 "ready": 3}, got
+    # a node that reports it but has not reached it yet: not Initialized's time
+    p = pod(0, 1, 12, None, None, None)
+    p["status"]["conditions"] += [{"type": "Initialized", "status": "True", "lastTransitionTime": t(20)},
+                                  {"type": "PodReadyToStartContainers", "status": "False"}]
+    assert startup(cr(), [p], 1, False, None, t(40))["phases"] == {"queued": 0, "scheduled": 12}
