@@ -6,6 +6,7 @@ warnings go to stderr. ``tabulate`` and ``yaml`` are imported lazily.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
@@ -86,18 +87,20 @@ def age(timestamp: Any, reference: datetime | None = None) -> str:
     return human_duration(((reference or now()) - t).total_seconds())
 
 
+_BARE_SECONDS = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
+
+
 def parse_duration(text: str | int | float) -> float:
-    """``90``, ``90s``, ``5m``, ``1h30m``, ``1.5h``, ``2d`` -> seconds (module_utils/durations.py,
-    the operator's one duration grammar, with days and a bare number of seconds)."""
+    """``90``, ``1.5``, ``90s``, ``5m``, ``1h30m``, ``1.5h``, ``2d`` -> seconds: Go's duration
+    grammar as module_utils/durations.py reads it (the operator's one implementation: ``.5s``,
+    ``5.m``, a sign), with the unit ``d`` and a bare number taken as seconds."""
     from ansible_collections.torchdev.operator.plugins.module_utils import durations
 
     if isinstance(text, (int, float)):
         return float(text)
-    raw = str(text).strip().lower()
-    try:
+    raw = str(text).strip()
+    if _BARE_SECONDS.match(raw):
         return float(raw)
-    except ValueError:
-        pass
     try:
         return float(durations.seconds(raw, days=True))
     except ValueError:

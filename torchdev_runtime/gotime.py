@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import os
 import re
+from decimal import Decimal
 from typing import Callable, Mapping
 
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "\u00b5s": 1e-6,  # U+00B5 micro sign
-    "\u03bcs": 1e-6,  # U+03BC Greek mu
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
+_UNITS = {  # nanoseconds
+    "ns": 1,
+    "us": 1000,
+    "\u00b5s": 1000,  # U+00B5 micro sign
+    "\u03bcs": 1000,  # U+03BC Greek mu
+    "ms": 1000 ** 2,
+    "s": 1000 ** 3,
+    "m": 60 * 1000 ** 3,
+    "h": 3600 * 1000 ** 3,
 }
+_MAX_NANOSECONDS = 2 ** 63 - 1
 
 
 class DurationError(ValueError):
@@ -22,7 +24,9 @@ class DurationError(ValueError):
 
 
 def parse_duration(s: str) -> float:
-    """time.ParseDuration: "300ms", "-1.5h", "2h45m", "0". Returns seconds (float)."""
+    """time.ParseDuration: "300ms", "-1.5h", "2h45m", "0", ".5s", "5.m". Returns seconds (float).
+    The collection's module_utils/durations.py reads the same grammar (this package may not
+    import the collection): tests/test_duration_grammar.py holds both to one table."""
     if not isinstance(s, str):
         raise DurationError(f"time: invalid duration {s!r}")
     orig = s
@@ -34,7 +38,7 @@ def parse_duration(s: str) -> float:
         return 0.0
     if not s:
         raise DurationError(f'time: invalid duration "{orig}"')
-    total = 0.0
+    total = 0
     while s:
         if not (s[0] == "." or s[0].isdigit()):
             raise DurationError(f'time: invalid duration "{orig}"')
@@ -53,8 +57,13 @@ def parse_duration(s: str) -> float:
         unit, s = s[:i], s[i:]
         if unit not in _UNITS:
             raise DurationError(f'time: unknown unit "{unit}" in duration "{orig}"')
-        total += float(f"{int_part or '0'}.{frac_part or '0'}") * _UNITS[unit]
-    return -total if neg else total
+        if len(int_part.lstrip("0")) > 19:  # Go: leadingInt overflows its int64
+            raise DurationError(f'time: invalid duration "{orig}"')
+        # whole nanoseconds, each term truncated, as Go counts them
+        total += int(Decimal(f"{int_part or '0'}.{frac_part or '0'}") * _UNITS[unit])
+        if total > _MAX_NANOSECONDS + neg:  # Go: the sum overflows time.Duration
+            raise DurationError(f'time: invalid duration "{orig}"')
+    return (-total if neg else total) / 1e9
 
 
 def format_duration(seconds: float) -> str:

@@ -29,8 +29,8 @@ TABLE = [
     ("45", NO, NO, 45),
     (3600, NO, 3600, 3600),
     (90.7, NO, 90, 90),
-    (-5, NO, -5, NO),
-    (0, NO, 0, NO),
+    (-5, NO, NO, NO),                   # a lifecycle duration is never negative
+    (0, "0", 0, NO),
     ("", "", NO, NO),
     (None, "", NO, NO),
     ("soon", NO, NO, NO),
@@ -38,11 +38,13 @@ TABLE = [
     ("5 s", NO, NO, NO),
     ("4 h", NO, NO, NO),
     ("90 d", NO, NO, NO),
-    ("-1s", NO, NO, NO),
+    ("-1s", "-1s", NO, NO),             # Go reads a sign (tests/test_duration_grammar.py)
     ("-1d", NO, NO, NO),
-    ("+1s", NO, NO, NO),
+    ("+1s", "+1s", 1, 1),
     ("1w", NO, NO, NO),
-    ("1.h", NO, NO, NO),
+    ("1.h", "1.h", 3600, 3600),         # Go: digits on one side of the point suffice
+    (".5h", ".5h", 1800, 1800),
+    ("0", "0", 0, NO),
     ("1H", NO, NO, NO),
     (True, NO, NO, NO),
     (float("inf"), NO, NO, NO),
