@@ -23,7 +23,8 @@ from .config import EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .devserver import _stdin_is_tty, read_ssh_keys
 from .errors import ApiError, DevctlError, NotFound, left_in_place
-from .output import DURATION, age, as_list, info, output_option, print_object, print_table, truncate
+from .output import (DURATION, LIST_FORMATS, age, info, output_option, print_object, print_objects,
+                     print_table, selector_option, truncate)
 
 KIND = "DevUser"
 RESOURCE = f"devuser.{GROUP}"
@@ -379,18 +380,25 @@ def offboard(settings: Settings, user: str, delete_data: bool, yes: bool, wait_:
 
 
 @admin.command("users")
-@output_option()
+@selector_option("users")
+@output_option(formats=LIST_FORMATS)
 @kube_options(namespaced=False)
 @pass_settings
-def users(settings: Settings, output: str) -> None:
-    """List the onboarded users (DevUsers): e-mail, namespace, GPU quota, phase."""
-    items = sorted(settings.api.list_devusers(), key=lambda o: o["metadata"]["name"])
-    if output != "table":
-        print_object(as_list(items), output)
+def users(settings: Settings, selector: str | None, output: str) -> None:
+    """List the onboarded users (DevUsers): e-mail, namespace, GPU quota, phase (-o wide adds the
+    ClusterQueue, the priority class and the deletion policy)."""
+    items = sorted(settings.api.list_devusers(selector), key=lambda o: o["metadata"]["name"])
+    if print_objects(items, output, RESOURCE):
         return
-    rows = [[o["metadata"]["name"], truncate((o.get("spec") or {}).get("email", ""), 40), user_namespace(o),
-             gpu_quota(o), (o.get("status") or {}).get("queueName") or "-",
-             (o.get("status") or {}).get("phase") or "Pending", age(o["metadata"].get("creationTimestamp"))]
-            for o in items]
-    print_table(["NAME", "EMAIL", "NAMESPACE", "GPUS", "QUEUE", "PHASE", "AGE"], rows,
+    wide = output == "wide"
+    rows = []
+    for o in items:
+        spec, status = o.get("spec") or {}, o.get("status") or {}
+        rows.append([o["metadata"]["name"], truncate(spec.get("email", ""), 40), user_namespace(o),
+                     gpu_quota(o), status.get("queueName") or "-", status.get("phase") or "Pending",
+                     age(o["metadata"].get("creationTimestamp"))]
+                    + ([status.get("clusterQueue") or "-", (spec.get("quota") or {}).get("priorityClass") or "-",
+                        spec.get("deletionPolicy") or "-"] if wide else []))
+    print_table(["NAME", "EMAIL", "NAMESPACE", "GPUS", "QUEUE", "PHASE", "AGE"]
+                + (["CLUSTER-QUEUE", "PRIORITY-CLASS", "DELETION-POLICY"] if wide else []), rows,
                 empty="No devusers found.")

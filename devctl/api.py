@@ -221,18 +221,21 @@ class Api:
                           DEVSERVERS, name, kind="devserver", name=name, namespace=namespace,
                           resource=f"{DEVSERVERS}.{GROUP}")
 
-    def _list_namespaced(self, plural: str, kind: str, namespace: str | None) -> list[dict]:
-        """The objects of a namespaced torchdev kind in ``namespace`` (None: every namespace)."""
+    def _list_namespaced(self, plural: str, kind: str, namespace: str | None,
+                         selector: str | None = None) -> list[dict]:
+        """The objects of a namespaced torchdev kind in ``namespace`` (None: every namespace)
+        whose labels match ``selector`` (a label selector the API server applies)."""
+        kwargs = {"label_selector": selector} if selector else {}
         if namespace is None:
             result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, plural,
-                                kind=kind, resource=f"{plural}.{GROUP}")
+                                kind=kind, resource=f"{plural}.{GROUP}", **kwargs)
         else:
             result = self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace,
-                                plural, kind=kind, namespace=namespace, resource=f"{plural}.{GROUP}")
+                                plural, kind=kind, namespace=namespace, resource=f"{plural}.{GROUP}", **kwargs)
         return list(result.get("items") or [])
 
-    def list_devservers(self, namespace: str | None) -> list[dict]:
-        return self._list_namespaced(DEVSERVERS, "devserver", namespace)
+    def list_devservers(self, namespace: str | None, selector: str | None = None) -> list[dict]:
+        return self._list_namespaced(DEVSERVERS, "devserver", namespace, selector)
 
     def create_devserver(self, namespace: str, body: dict) -> dict:
         return self._call(self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace,
@@ -255,9 +258,10 @@ class Api:
         return self._call(self.custom.get_cluster_custom_object, GROUP, VERSION, FLAVORS, name,
                           kind="devserverflavor", name=name, resource=f"{FLAVORS}.{GROUP}")
 
-    def list_flavors(self) -> list[dict]:
+    def list_flavors(self, selector: str | None = None) -> list[dict]:
         result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, FLAVORS,
-                            kind="devserverflavor", resource=f"{FLAVORS}.{GROUP}")
+                            kind="devserverflavor", resource=f"{FLAVORS}.{GROUP}",
+                            **({"label_selector": selector} if selector else {}))
         return list(result.get("items") or [])
 
     # core objects ---------------------------------------------------------------------
@@ -316,9 +320,10 @@ class Api:
         return self._call(self.custom.get_cluster_custom_object, GROUP, VERSION, DEVUSERS, name,
                           kind="devuser", name=name, resource=f"{DEVUSERS}.{GROUP}")
 
-    def list_devusers(self) -> list[dict]:
+    def list_devusers(self, selector: str | None = None) -> list[dict]:
         result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, DEVUSERS,
-                            kind="devuser", resource=f"{DEVUSERS}.{GROUP}")
+                            kind="devuser", resource=f"{DEVUSERS}.{GROUP}",
+                            **({"label_selector": selector} if selector else {}))
         return list(result.get("items") or [])
 
     def apply_devuser(self, body: dict, *, force: bool = False, dry_run: bool = False) -> dict:
@@ -389,12 +394,8 @@ def _trainingjob_api(cls):
         return _tj(self, self.custom.get_namespaced_custom_object, namespace, TRAININGJOBS, name,
                    name=name, namespace=namespace)
 
-    def list_trainingjobs(self, namespace: str | None) -> list[dict]:
-        if namespace is None:
-            result = _tj(self, self.custom.list_cluster_custom_object, TRAININGJOBS)
-        else:
-            result = _tj(self, self.custom.list_namespaced_custom_object, namespace, TRAININGJOBS, namespace=namespace)
-        return list(result.get("items") or [])
+    def list_trainingjobs(self, namespace: str | None, selector: str | None = None) -> list[dict]:
+        return self._list_namespaced(TRAININGJOBS, "trainingjob", namespace, selector)
 
     def create_trainingjob(self, namespace: str, body: dict) -> dict:
         return _tj(self, self.custom.create_namespaced_custom_object, namespace, TRAININGJOBS, body,
@@ -460,8 +461,8 @@ def _eaj_api(cls):
     def get_eaj(self, namespace: str, name: str) -> dict:
         return _eaj(self, self.custom.get_namespaced_custom_object, namespace, EAJS, name, name=name, namespace=namespace)
 
-    def list_eajs(self, namespace: str | None) -> list[dict]:
-        return self._list_namespaced(EAJS, "ephemeralaccelerationjob", namespace)
+    def list_eajs(self, namespace: str | None, selector: str | None = None) -> list[dict]:
+        return self._list_namespaced(EAJS, "ephemeralaccelerationjob", namespace, selector)
 
     def create_eaj(self, namespace: str, body: dict) -> dict:
         return _eaj(self, self.custom.create_namespaced_custom_object, namespace, EAJS, body,

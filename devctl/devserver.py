@@ -19,8 +19,8 @@ from . import completion as complete
 from .config import EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
-from .output import (DURATION, age, as_list, info, output_option, parse_time, print_object,
-                     print_table, truncate, warn)
+from .output import (DURATION, LIST_FORMATS, age, info, output_option, parse_time, print_object,
+                     print_objects, print_table, selector_option, truncate, warn)
 from . import wait as waiting
 
 KIND = "DevServer"
@@ -402,20 +402,21 @@ def lifecycle_lines(obj: dict, now: datetime | None = None) -> list[tuple[str, s
 
 @click.command("list")
 @click.option("-A", "--all-namespaces", is_flag=True, help="List dev servers in every namespace.")
-@output_option()
+@selector_option("dev servers")
+@output_option(formats=LIST_FORMATS)
 @kube_options()
 @pass_settings
-def list_(settings: Settings, all_namespaces: bool, output: str) -> None:
-    """List dev servers."""
+def list_(settings: Settings, all_namespaces: bool, selector: str | None, output: str) -> None:
+    """List dev servers (-o wide adds the image, replicas, owner and SSH command)."""
     namespace = None if all_namespaces else settings.namespace()
-    items = settings.api.list_devservers(namespace)
+    items = settings.api.list_devservers(namespace, selector)
     items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-    if output != "table":
-        print_object(as_list(items), output)
+    if print_objects(items, output, RESOURCE):
         return
+    wide = output == "wide"
     headers = ["NAME", "FLAVOR", "MODE", "PHASE", "READY", "TIME-LEFT", "AGE"]
-    if all_namespaces:
-        headers.insert(0, "NAMESPACE")
+    headers = (["NAMESPACE"] if all_namespaces else []) + headers + (
+        ["IMAGE", "REPLICAS", "OWNER", "SSH"] if wide else [])
     rows = []
     for obj in items:
         spec = obj.get("spec") or {}
@@ -423,9 +424,51 @@ def list_(settings: Settings, all_namespaces: bool, output: str) -> None:
                phase_of(obj), ready_column(obj), time_left(obj), age(obj["metadata"].get("creationTimestamp"))]
         if all_namespaces:
             row.insert(0, obj["metadata"].get("namespace", ""))
+        if wide:
+            row += [spec.get("image") or "-", str(desired_replicas(obj)), spec.get("owner") or "-",
+                    (obj.get("status") or {}).get("sshCommand") or "-"]
         rows.append(row)
     where = "any namespace" if all_namespaces else f'namespace "{namespace}"'
-    print_table(headers, rows, empty=f"No devservers found in {where}.")
+    matching = f" matching {selector}" if selector else ""
+    print_table(headers, rows, empty=f"No devservers{matching} found in {where}.")
+
+
+def targets_arguments(fn):
+    """NAME... or -l SELECTOR: the dev servers a command acts on (``targets``)."""
+    fn = selector_option("dev servers")(fn)
+    return click.argument("names", nargs=-1, shell_complete=complete.servers)(fn)
+
+
+def targets(settings: Settings, names: tuple[str, ...], selector: str | None) -> list[str]:
+    """The names given, or those of the dev servers of the namespace matching ``selector``
+    (kubectl's rules: one of the two, never both)."""
+    if names and selector:
+        raise click.UsageError("give NAME... or -l SELECTOR, not both")
+    if not names and not selector:
+        raise click.UsageError("give one or more NAMEs or -l SELECTOR")
+    if names:
+        return list(dict.fromkeys(names))
+    namespace = settings.namespace()
+    found = sorted(o["metadata"]["name"] for o in settings.api.list_devservers(namespace, selector))
+    if not found:
+        info(f'No devservers matching {selector} found in namespace "{namespace}".')
+    return found
+
+
+def for_each(names: list[str], action) -> list:
+    """``action(name)`` for each name; the ones not found are one error line at the end, after
+    the others are done (as kubectl does)."""
+    results, missing = [], []
+    for name in names:
+        try:
+            results.append(action(name))
+        except NotFound as exc:
+            missing.append(exc)
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        raise DevctlError("; ".join(exc.format_message() for exc in missing))
+    return results
 
 
 # -- get ------------------------------------------------------------------------------
@@ -590,24 +633,51 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
 
 
 @click.command("get")
-@click.argument("name", shell_complete=complete.servers)
-@output_option()
+@targets_arguments
+@output_option(formats=LIST_FORMATS)
 @kube_options()
 @pass_settings
-def get(settings: Settings, name: str, output: str) -> None:
-    """Show a dev server: spec, status, conditions, pods and recent events."""
+def get(settings: Settings, names: tuple[str, ...], selector: str | None, output: str) -> None:
+    """Show dev servers (NAME... or -l SELECTOR): spec, status, conditions, pods and recent events;
+    -o json|yaml prints the object (a List for several or -l), -o name their names."""
     namespace = settings.namespace()
     api = settings.api
-    obj = api.get_devserver(namespace, name)
-    if output != "table":
-        print_object(obj, output)
+    wanted = targets(settings, names, selector)
+    if output in ("name", "json", "yaml"):
+        def emit(objs: list[dict]) -> None:
+            if len(names) == 1 and output != "name":
+                print_object(objs[0], output)  # one name: the object itself, as kubectl prints it
+            else:
+                print_objects(objs, output, RESOURCE)
+
+        for_each_printed(wanted, lambda name: api.get_devserver(namespace, name), emit, always=bool(selector))
         return
+
+    def show(name: str) -> None:
+        obj = api.get_devserver(namespace, name)
+        try:
+            pods = api.list_pods(namespace, f"{DEVSERVER_LABEL}={name}")
+        except ApiError:
+            pods = None
+        events = [name] + [p["metadata"]["name"] for p in (pods or [])][:8]
+        if shown:
+            click.echo("")
+        click.echo(describe(obj, pods, recent_events(api, namespace, events)))
+        shown.append(name)
+
+    shown: list[str] = []
+    for_each(wanted, show)
+
+
+def for_each_printed(names: list[str], fetch, emit, always: bool = False) -> None:
+    """Fetch each name, print the ones found together (``emit``; an empty list too when
+    ``always``), then the missing ones' error."""
+    found: list[dict] = []
     try:
-        pods = api.list_pods(namespace, f"{DEVSERVER_LABEL}={name}")
-    except ApiError:
-        pods = None
-    names = [name] + [p["metadata"]["name"] for p in (pods or [])][:8]
-    click.echo(describe(obj, pods, recent_events(api, namespace, names)))
+        for_each(names, lambda name: found.append(fetch(name)))
+    finally:
+        if found or always:
+            emit(found)
 
 
 # -- delete ---------------------------------------------------------------------------
@@ -620,15 +690,24 @@ def _stdin_is_tty() -> bool:
 
 
 @click.command("delete")
-@click.argument("name", shell_complete=complete.servers)
+@targets_arguments
 @click.option("--purge", is_flag=True, help="Also delete the home volume(s); their data is lost.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (needed for --purge without a terminal).")
 @click.option("--wait", "wait_", is_flag=True, help="Wait until the objects are gone.")
 @click.option("--timeout", type=DURATION, default="5m", show_default=True, help="How long --wait waits.")
 @kube_options()
 @pass_settings
-def delete(settings: Settings, name: str, purge: bool, yes: bool, wait_: bool, timeout: float) -> None:
-    """Delete a dev server. Home volumes are kept unless --purge."""
+def delete(settings: Settings, names: tuple[str, ...], selector: str | None, purge: bool, yes: bool,
+           wait_: bool, timeout: float) -> None:
+    """Delete dev servers (NAME... or -l SELECTOR). Home volumes are kept unless --purge."""
+    gone: dict[str, Any] = {}
+    for_each(targets(settings, names, selector), lambda name: _delete_one(settings, name, purge, yes, gone))
+    if wait_ and gone:
+        waiting.wait_gone(gone, timeout)
+
+
+def _delete_one(settings: Settings, name: str, purge: bool, yes: bool, gone: dict[str, Any]) -> None:
+    """Delete one dev server (and with ``purge`` its home volumes); what to wait for goes to ``gone``."""
     namespace = settings.namespace()
     api = settings.api
     try:
@@ -653,7 +732,6 @@ def delete(settings: Settings, name: str, purge: bool, yes: bool, wait_: bool, t
         click.confirm(f"Delete devserver {name} and home volume(s) {listing} in namespace {namespace}? "
                       "The data on them is lost", abort=True, err=True)
 
-    gone: dict[str, Any] = {}
     if obj is not None:
         api.delete_devserver(namespace, name)
         click.echo(f'{RESOURCE} "{name}" deleted from namespace {namespace}')
@@ -686,8 +764,6 @@ def delete(settings: Settings, name: str, purge: bool, yes: bool, wait_: bool, t
         else:
             click.echo(f"kept home volume {pvc_name} ({pvc_size(pvc)}); "
                        f"delete it with devctl delete {name}{hint_ns} --purge")
-    if wait_ and gone:
-        waiting.wait_gone(gone, timeout)
 
 
 COMMANDS = (create, list_, get, delete)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
 
+from . import GROUP
 from .config import Settings
 from .context import kube_options, pass_settings
-from .output import as_list, output_option, print_object, print_table, truncate
+from .output import LIST_FORMATS, output_option, print_objects, print_table, selector_option, truncate
 
 
 def gpu_count(obj: dict) -> int:
@@ -18,7 +19,7 @@ def gpu_count(obj: dict) -> int:
         return 0
 
 
-def flavor_row(obj: dict) -> list[str]:
+def flavor_row(obj: dict, wide: bool = False) -> list[str]:
     spec = obj.get("spec") or {}
     resources = spec.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
@@ -32,19 +33,23 @@ def flavor_row(obj: dict) -> list[str]:
         str(requests.get("cpu", limits.get("cpu", "-"))),
         str(requests.get("memory", limits.get("memory", "-"))),
         f"${price}" if price not in (None, "") else "-",
-        truncate(spec.get("description", ""), 60),
-    ]
+        truncate(spec.get("description", ""), 200 if wide else 60),
+    ] + ([",".join(f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items())) or "-",
+          ",".join(str(t.get("key") or "*") for t in spec.get("tolerations") or []) or "-"] if wide else [])
 
 
 @click.command("flavors")
-@output_option()
+@selector_option("flavors")
+@output_option(formats=LIST_FORMATS)
 @kube_options(namespaced=False)
 @pass_settings
-def flavors(settings: Settings, output: str) -> None:
-    """List the dev server flavors (GPU type and count, CPU, memory, price)."""
-    items = sorted(settings.api.list_flavors(), key=lambda o: o["metadata"]["name"])
-    if output != "table":
-        print_object(as_list(items), output)
+def flavors(settings: Settings, selector: str | None, output: str) -> None:
+    """List the dev server flavors (GPU type and count, CPU, memory, price; -o wide adds the node
+    selector and the tolerations' keys)."""
+    items = sorted(settings.api.list_flavors(selector), key=lambda o: o["metadata"]["name"])
+    if print_objects(items, output, f"devserverflavor.{GROUP}"):
         return
-    print_table(["NAME", "GPU-TYPE", "GPUS", "CPU", "MEMORY", "PRICE/H", "DESCRIPTION"],
-                [flavor_row(o) for o in items], empty="No devserver flavors found.")
+    wide = output == "wide"
+    print_table(["NAME", "GPU-TYPE", "GPUS", "CPU", "MEMORY", "PRICE/H", "DESCRIPTION"]
+                + (["NODE-SELECTOR", "TOLERATIONS"] if wide else []),
+                [flavor_row(o, wide) for o in items], empty="No devserver flavors found.")

@@ -29,7 +29,8 @@ from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
-from .output import DURATION, DurationType, age, as_list, human_duration, info, now, output_option, parse_time, print_object, print_table, truncate
+from .output import (DURATION, DurationType, age, human_duration, info, now, output_option, parse_time,
+                     print_object, print_objects, print_table, selector_option, truncate)
 from .transfer import DOWNLOAD_MAX_FILES
 
 from ansible_collections.torchdev.operator.plugins.module_utils import ephemeralaccelerationjob as eaj
@@ -451,15 +452,15 @@ def _row(obj: dict, all_ns: bool) -> list[Any]:
 
 @infer.command("list")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs in every namespace.")
-@output_option()
+@selector_option("jobs")
+@output_option(formats=("table", "name", "json", "yaml"))
 @kube_options()
 @pass_settings
-def list_(settings: Settings, all_namespaces: bool, output: str) -> None:
+def list_(settings: Settings, all_namespaces: bool, selector: str | None, output: str) -> None:
     """List the jobs: phase, model, GPUs, results, when the volume goes."""
-    items = settings.api.list_eajs(None if all_namespaces else settings.namespace())
+    items = settings.api.list_eajs(None if all_namespaces else settings.namespace(), selector)
     items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-    if output != "table":
-        print_object(as_list(items), output)
+    if print_objects(items, output, f"ephemeralaccelerationjob.{GROUP}"):
         return
     headers = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "PHASE", "MODEL", "GPUS", "RESULTS", "VOLUME UNTIL",
                                                             "AGE"]

@@ -20,8 +20,9 @@ from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import
 from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
+from .devserver import for_each, targets, targets_arguments
 from .errors import DevctlError
-from .output import DURATION, info, output_option, print_object
+from .output import DURATION, info, output_option, print_object, print_objects
 from . import wait as waiting
 
 MAX_KEEPALIVE_HOURS = 24
@@ -76,39 +77,79 @@ def _result(obj: dict, output: str, text: str) -> None:
         print_object(obj, output)
 
 
+def _results(objs: list[dict], names: tuple[str, ...], output: str, texts: list[str]) -> None:
+    """The lines of a command on one or more servers; -o json|yaml prints the object for one NAME,
+    a List otherwise."""
+    if output == "table":
+        for text in texts:
+            click.echo(text)
+        return
+    for text in texts:
+        info(text)
+    if len(names) == 1:
+        print_object(objs[0], output)
+    elif objs or not names:
+        print_objects(objs, output, "")
+
+
 @click.command("stop")
-@click.argument("name", shell_complete=complete.servers)
+@targets_arguments
 @output_option()
 @kube_options()
 @pass_settings
-def stop(settings: Settings, name: str, output: str) -> None:
-    """Stop dev server NAME: scale to zero, keep its home; ends its reservation. 'devctl start' resumes it."""
+def stop(settings: Settings, names: tuple[str, ...], selector: str | None, output: str) -> None:
+    """Stop dev servers (NAME... or -l SELECTOR): scale to zero, keep their homes; ends their
+    reservations. 'devctl start' resumes them."""
     api = settings.api
     namespace = settings.namespace()
-    obj = api.patch_devserver(namespace, name, stop_patch("user"))
-    _result(obj, output, f"devserver/{name} stopped (home kept; 'devctl start {name}' resumes it)")
+    objs: list[dict] = []
+    texts: list[str] = []
+
+    def stop_one(name: str) -> None:
+        objs.append(api.patch_devserver(namespace, name, stop_patch("user")))
+        texts.append(f"devserver/{name} stopped (home kept; 'devctl start {name}' resumes it)")
+
+    try:
+        for_each(targets(settings, names, selector), stop_one)
+    finally:
+        _results(objs, names, output, texts)
 
 
 @click.command("start")
-@click.argument("name", shell_complete=complete.servers)
-@click.option("--wait", "wait_", is_flag=True, help="Wait until the server is Ready (shows the queue position).")
-@click.option("--timeout", type=DURATION, default="30m", show_default=True, help="How long --wait waits.")
+@targets_arguments
+@click.option("--wait", "wait_", is_flag=True, help="Wait until the servers are Ready (shows the queue position).")
+@click.option("--timeout", type=DURATION, default="30m", show_default=True, help="How long --wait waits (each).")
 @output_option()
 @kube_options()
 @pass_settings
-def start(settings: Settings, name: str, wait_: bool, timeout: float, output: str) -> None:
-    """Start a stopped, expired or cancelled dev server NAME: it queues again (with Kueue) and a new
-    reservation of spec.lifecycle.duration starts when it is Ready."""
+def start(settings: Settings, names: tuple[str, ...], selector: str | None, wait_: bool, timeout: float,
+          output: str) -> None:
+    """Start stopped, expired or cancelled dev servers (NAME... or -l SELECTOR): they queue again
+    (with Kueue) and a new reservation of spec.lifecycle.duration starts when each is Ready."""
     api = settings.api
     namespace = settings.namespace()
-    obj = api.patch_devserver(namespace, name, START_PATCH)
-    text = f"devserver/{name} started"
-    if wait_:
-        info(text)
-        obj = waiting.wait_ready(lambda: api.get_devserver(namespace, name), f"devserver/{name}", timeout,
-                                 why=waiting.server_pods_reason(api, namespace, name))
-        text = f"devserver/{name} is Ready; connect with: {(obj.get('status') or {}).get('sshCommand') or f'devctl ssh {name}'}"
-    _result(obj, output, text)
+    started: list[tuple[str, dict]] = []
+    try:
+        for_each(targets(settings, names, selector),
+                 lambda name: started.append((name, api.patch_devserver(namespace, name, START_PATCH))))
+        error = None
+    except DevctlError as exc:  # reported after the servers that did start (the ones not found: all of them)
+        error = exc
+    objs: list[dict] = []
+    texts: list[str] = []
+    for name, obj in started:
+        text = f"devserver/{name} started"
+        if wait_:
+            info(text)
+            obj = waiting.wait_ready(lambda n=name: api.get_devserver(namespace, n), f"devserver/{name}",
+                                     timeout, why=waiting.server_pods_reason(api, namespace, name))
+            text = (f"devserver/{name} is Ready; connect with: "
+                    f"{(obj.get('status') or {}).get('sshCommand') or f'devctl ssh {name}'}")
+        objs.append(obj)
+        texts.append(text)
+    _results(objs, names, output, texts)
+    if error is not None:
+        raise error
 
 
 @click.command("cancel")

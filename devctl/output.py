@@ -14,16 +14,41 @@ from typing import Any, Iterable, Sequence
 import click
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
+# What kubectl get offers for lists: wide (more columns), name (<resource>.<group>/<name>)
+LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
 
 
 def output_option(*, default: str = "table", formats: Sequence[str] = OUTPUT_FORMATS):
     """The ``-o/--output`` option shared by every command that prints objects."""
+    extra = "".join(text for fmt, text in ((
+        "wide", "; wide adds columns"), ("name", "; name prints RESOURCE/NAME lines")) if fmt in formats)
     return click.option(
         "-o", "--output", "output",
         type=click.Choice(list(formats), case_sensitive=False),
         default=default, show_default=True,
-        help="Output format (json/yaml print the API objects).",
+        help=f"Output format (json/yaml print the API objects{extra}).",
     )
+
+
+def selector_option(what: str = "objects"):
+    """``-l/--selector``: a label selector sent to the API server as kubectl sends it."""
+    return click.option(
+        "-l", "--selector", metavar="SELECTOR",
+        help=f"Only the {what} with these labels (kubectl's syntax: a=b,c!=d, 'e in (f,g)', h, !i).",
+    )
+
+
+def print_objects(items: list[dict], fmt: str, resource: str) -> bool:
+    """Print a list of objects as json/yaml (a v1 List) or names (``-o name``); False when
+    ``fmt`` is a table format (table, wide) that the caller prints."""
+    if fmt == "name":
+        for obj in items:
+            click.echo(f"{resource}/{obj['metadata']['name']}")
+        return True
+    if fmt in ("json", "yaml"):
+        print_object(as_list(items), fmt)
+        return True
+    return False
 
 
 # -- time --------------------------------------------------------------------

@@ -13,7 +13,8 @@ from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError
-from .output import DurationType, age, as_list, output_option, print_object, print_table, truncate
+from .output import (LIST_FORMATS, DurationType, age, output_option, print_object, print_objects,
+                     print_table, selector_option, truncate)
 
 KIND = "TrainingJob"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -134,28 +135,32 @@ def submit(settings: Settings, name: str | None, command: tuple[str, ...], filen
 
 
 # -- list / get --------------------------------------------------------------------------------
-def _row(obj: dict, all_ns: bool) -> list[Any]:
-    st = obj.get("status") or {}
+def _row(obj: dict, all_ns: bool, wide: bool = False) -> list[Any]:
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
     row = [obj["metadata"]["name"], st.get("state") or "Pending", st.get("progress") or "-",
            st.get("currentEpoch", "-") if st.get("currentEpoch") is not None else "-",
            st.get("restartCount") or 0, age(obj["metadata"].get("creationTimestamp"))]
+    if wide:
+        row += [spec.get("numWorkers", "-"), spec.get("gpusPerWorker", 1), spec.get("image") or "-"]
     return ([obj["metadata"].get("namespace", "")] if all_ns else []) + row
 
 
 @train.command("list")
 @click.option("-A", "--all-namespaces", is_flag=True, help="TrainingJobs in every namespace.")
-@output_option()
+@selector_option("TrainingJobs")
+@output_option(formats=LIST_FORMATS)
 @kube_options()
 @pass_settings
-def list_(settings: Settings, all_namespaces: bool, output: str) -> None:
-    """List TrainingJobs: state, progress, epoch, restarts."""
-    items = settings.api.list_trainingjobs(None if all_namespaces else settings.namespace())
+def list_(settings: Settings, all_namespaces: bool, selector: str | None, output: str) -> None:
+    """List TrainingJobs: state, progress, epoch, restarts (-o wide adds workers, GPUs per worker, image)."""
+    items = settings.api.list_trainingjobs(None if all_namespaces else settings.namespace(), selector)
     items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-    if output != "table":
-        print_object(as_list(items), output)
+    if print_objects(items, output, f"trainingjob.{GROUP}"):
         return
+    wide = output == "wide"
     headers = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "STATE", "PROGRESS", "EPOCH", "RESTARTS", "AGE"]
-    print_table(headers, [_row(o, all_namespaces) for o in items], empty="No trainingjobs found.")
+    headers += ["WORKERS", "GPUS-PER-WORKER", "IMAGE"] if wide else []
+    print_table(headers, [_row(o, all_namespaces, wide) for o in items], empty="No trainingjobs found.")
 
 
 def _worker_pods(api, namespace: str, name: str) -> list[dict]:
