@@ -330,11 +330,21 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         warn(no_key_warning)
     if wait_:
         hint_ns = f" -n {namespace}" if settings.namespace_flag else ""
+        rejected = None
         with left_in_place(f"devserver {name} (created)", f"'devctl get {name}{hint_ns}' shows it, "
                                                           f"'devctl delete {name}{hint_ns}' deletes it"):
-            created = waiting.wait_ready(lambda: api.get_devserver(namespace, name),
-                                         f"devserver/{name}", timeout,
-                                         why=waiting.server_pods_reason(api, namespace, name))
+            try:
+                created = waiting.wait_ready(lambda: api.get_devserver(namespace, name),
+                                             f"devserver/{name}", timeout,
+                                             why=waiting.server_pods_reason(api, namespace, name))
+            except waiting.Rejected as exc:
+                if exc.reason not in waiting.SPEC_REASONS:
+                    raise  # the namespace's problem (a claim, a quota): the server waits for it
+                rejected = exc
+                api.delete_devserver(namespace, name)  # it never ran; its spec never can
+        if rejected is not None:
+            raise DevctlError(f"{rejected.format_message()}; devserver {name} was deleted (this spec cannot run: "
+                              "change it and create the server again)")
         info(f"devserver/{name} is Ready; connect with: "
              f"{(created.get('status') or {}).get('sshCommand') or f'devctl ssh {name} -n {namespace}'}")
     if output != "table":

@@ -15,6 +15,17 @@ POLL_INTERVAL = 1.0
 TRANSIENT = {None, 429, 500, 502, 503, 504}
 # Degraded reasons that no amount of waiting fixes: the user must change something.
 PERMANENT_REASONS = {"FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ClaimNotFound", "QuotaExceeded"}
+# Those of them that the spec itself causes (the namespace's claims and quotas may change; these not)
+SPEC_REASONS = {"FlavorNotFound", "InvalidSpec", "InsufficientGPUs"}
+
+
+class Rejected(DevctlError):
+    """The operator says the DevServer cannot become Ready until something changes (``reason``:
+    one of PERMANENT_REASONS)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 def _transient(exc: ApiError) -> bool:
@@ -77,6 +88,7 @@ def describe_state(obj: dict) -> str:
     """One-line summary: phase, replicas, the queue, conditions that matter."""
     status = obj.get("status") or {}
     parts = [status.get("phase") or "Pending"]
+    said: set[str] = set()  # Ready and Degraded often carry the same message: it is shown once
     if "replicas" in status or "readyReplicas" in status:
         parts.append(f"{status.get('readyReplicas') or 0}/{status.get('replicas') or 0} ready")
     queued = queue_state(obj)
@@ -93,8 +105,10 @@ def describe_state(obj: dict) -> str:
         text = f"{ctype}={cond.get('status')}"
         if cond.get("reason"):
             text += f" {cond['reason']}"
-        if bad and cond.get("message"):
-            text += f" ({' '.join(str(cond['message']).split())})"
+        message = " ".join(str(cond.get("message") or "").split())
+        if bad and message and message not in said:
+            said.add(message)
+            text += f" ({message})"
         parts.append(text)
     return ", ".join(parts)
 
@@ -158,14 +172,15 @@ def wait_ready(get: Callable[[], dict], label: str, timeout: float,
                     reason = None  # only a hint: the wait goes on without it
                 if reason:
                     state += f"; {reason}"
-            progress.show(time.monotonic() - start, state)
-            if is_ready(obj):
-                return obj
+            # an end is said once, by the error: no progress line repeats the operator's message
             if (obj.get("status") or {}).get("phase") == "Failed":
                 raise DevctlError(f"{label} failed: {state}")
             degraded = condition(obj, "Degraded") or {}
-            if degraded.get("status") == "True" and degraded.get("reason") in PERMANENT_REASONS:
-                raise DevctlError(f"{label} cannot become Ready: {state}")
+            if degraded.get("status") == "True" and degraded.get("reason") in PERMANENT_REASONS and not is_ready(obj):
+                raise Rejected(f"{label} cannot become Ready: {state}", degraded["reason"])
+            progress.show(time.monotonic() - start, state)
+            if is_ready(obj):
+                return obj
             if time.monotonic() - start >= timeout:
                 raise DevctlError(f"timed out after {human_duration(timeout)} waiting for {label} "
                                   f"to become Ready; still waiting: {state}")
