@@ -292,6 +292,16 @@ class Api:
                             kind="pod", namespace=namespace)
         return list(self.to_dict(result).get("items") or [])
 
+    def get_deployment(self, namespace: str, name: str) -> dict:
+        return self.to_dict(self._call(self.apps.read_namespaced_deployment, name, namespace,
+                                       kind="deployment", name=name, namespace=namespace))
+
+    def list_deployments(self, selector: str) -> list[dict]:
+        """The Deployments of every namespace whose labels match ``selector``."""
+        result = self._call(self.apps.list_deployment_for_all_namespaces, label_selector=selector,
+                            kind="deployment")
+        return list(self.to_dict(result).get("items") or [])
+
     def get_statefulset(self, namespace: str, name: str) -> dict:
         return self.to_dict(self._call(self.apps.read_namespaced_stateful_set, name, namespace,
                                        kind="statefulset", name=name, namespace=namespace))

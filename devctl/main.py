@@ -16,6 +16,7 @@ import click
 
 from . import API_VERSION, __version__
 from .config import Settings
+from .context import kube_options, pass_settings
 from .errors import one_line
 from .output import dump_json, output_option
 
@@ -99,11 +100,21 @@ def cli(ctx: click.Context, kubeconfig: str | None, kube_context: str | None, na
 
 
 @cli.command("version")
+@click.option("--client", "client_only", is_flag=True, help="Only devctl's version (no cluster).")
 @output_option(default="text", formats=("text", "json", "yaml"))
-def version(output: str) -> None:
-    """Print the devctl version and the API version it speaks."""
+@kube_options(namespaced=False)
+@pass_settings
+def version(settings: Settings, client_only: bool, output: str) -> None:
+    """Print devctl's version, the API version it speaks and the operator's version (the image tag
+    of its Deployment; "unknown" with the reason when devctl cannot read it)."""
     info = {"clientVersion": __version__, "apiVersion": API_VERSION,
             "python": ".".join(map(str, sys.version_info[:3]))}
+    if not client_only:
+        from .version import operator_version
+
+        operator = operator_version(settings)
+        info["operatorVersion"] = operator["version"]
+        info["operator"] = operator
     if output == "json":
         click.echo(dump_json(info))
     elif output == "yaml":
@@ -112,6 +123,11 @@ def version(output: str) -> None:
         click.echo(dump_yaml(info), nl=False)
     else:
         click.echo(f"devctl {__version__} ({API_VERSION}, python {info['python']})")
+        if not client_only:
+            where = operator.get("deployment") or operator.get("reason")
+            detail = ", ".join(x for x in (operator.get("image"), where if operator.get("deployment") else None,
+                                           operator.get("reason")) if x)
+            click.echo(f"operator {operator['version']}" + (f" ({detail})" if detail else ""))
 
 
 if __name__ == "__main__":  # pragma: no cover
