@@ -20,9 +20,9 @@ from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import
 from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
-from .devserver import for_each, targets, targets_arguments
+from .devserver import MAX_IDLE_TIMEOUT, for_each, targets, targets_arguments
 from .errors import DevctlError
-from .output import DURATION, info, output_option, print_object, print_objects
+from .output import DURATION, DurationType, info, output_option, print_object, print_objects
 from . import wait as waiting
 
 MAX_KEEPALIVE_HOURS = 24
@@ -213,6 +213,48 @@ def keepalive(settings: Settings, name: str, hours: float, output: str) -> None:
     until = (datetime.now(timezone.utc) + timedelta(hours=hours)).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
     obj = api.patch_devserver(namespace, name, {"spec": {"lifecycle": {"keepAliveUntil": until}}})
     _result(obj, output, f"devserver/{name}: no idle shutdown before {until}")
+
+
+def autostop_text(obj: dict) -> str:
+    """What spec.lifecycle says of an idle NAME: "stops after 30m idle" or why it does not."""
+    lifecycle = (obj.get("spec") or {}).get("lifecycle") or {}
+    name = obj["metadata"]["name"]
+    idle = lifecycle.get("idleTimeout", 3600)
+    if not idle:
+        return f"devserver/{name}: no idle detection (idleTimeout 0), no automatic stop"
+    if lifecycle.get("autoShutdown"):
+        return f"devserver/{name}: stops after {format_duration(idle)} idle (home kept; 'devctl start' resumes it)"
+    return f"devserver/{name}: no automatic stop (idle after {format_duration(idle)} is warned about)"
+
+
+@click.command("autostop")
+@targets_arguments
+@click.option("--idle", type=DurationType(minimum=60, maximum=MAX_IDLE_TIMEOUT, whole=True), metavar="DURATION",
+              help="Stop the servers once idle this long (spec.lifecycle idleTimeout and autoShutdown; 1m to 7d).")
+@click.option("--off", is_flag=True, help="No automatic stop (an idle server is still warned about).")
+@output_option()
+@kube_options()
+@pass_settings
+def autostop(settings: Settings, names: tuple[str, ...], selector: str | None, idle: int | None, off: bool,
+             output: str) -> None:
+    """Change when running or stopped servers (NAME... or -l SELECTOR) stop by themselves when idle:
+    --idle 30m, or --off; without either, show the setting. The operator applies it to a running
+    server at its next reconcile (the idle deadline moves; no restart)."""
+    if idle is not None and off:
+        raise click.UsageError("give --idle DURATION or --off, not both")
+    api = settings.api
+    namespace = settings.namespace()
+    lifecycle = {"autoShutdown": False} if off else {"idleTimeout": idle, "autoShutdown": True} if idle else None
+    objs: list[dict] = []
+
+    def apply(name: str) -> None:
+        objs.append(api.patch_devserver(namespace, name, {"spec": {"lifecycle": lifecycle}}) if lifecycle
+                    else api.get_devserver(namespace, name))
+
+    try:
+        for_each(targets(settings, names, selector), apply)
+    finally:
+        _results(objs, names, output, [autostop_text(obj) for obj in objs])
 
 
 def pick_flavor(flavors: list[dict], gpus: int, replicas: int) -> dict:
