@@ -109,8 +109,9 @@ def stop(settings: Settings, names: tuple[str, ...], selector: str | None, outpu
         objs.append(api.patch_devserver(namespace, name, stop_patch("user")))
         texts.append(f"devserver/{name} stopped (home kept; 'devctl start {name}' resumes it)")
 
+    wanted = targets(settings, names, selector)
     try:
-        for_each(targets(settings, names, selector), stop_one)
+        for_each(wanted, stop_one)
     finally:
         _results(objs, names, output, texts)
 
@@ -129,8 +130,9 @@ def start(settings: Settings, names: tuple[str, ...], selector: str | None, wait
     api = settings.api
     namespace = settings.namespace()
     started: list[tuple[str, dict]] = []
+    wanted = targets(settings, names, selector)
     try:
-        for_each(targets(settings, names, selector),
+        for_each(wanted,
                  lambda name: started.append((name, api.patch_devserver(namespace, name, START_PATCH))))
         error = None
     except DevctlError as exc:  # reported after the servers that did start (the ones not found: all of them)
@@ -251,8 +253,9 @@ def autostop(settings: Settings, names: tuple[str, ...], selector: str | None, i
         objs.append(api.patch_devserver(namespace, name, {"spec": {"lifecycle": lifecycle}}) if lifecycle
                     else api.get_devserver(namespace, name))
 
+    wanted = targets(settings, names, selector)
     try:
-        for_each(targets(settings, names, selector), apply)
+        for_each(wanted, apply)
     finally:
         _results(objs, names, output, [autostop_text(obj) for obj in objs])
 

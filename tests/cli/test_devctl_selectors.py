@@ -122,3 +122,11 @@ def test_flavors_users_and_jobs_take_selectors_wide_and_name(devctl, cluster, si
     users = devctl("admin", "users", "-l", f"nobody-{cluster.ns}", "-o", "json")
     assert as_json(users)["items"] == []
     assert devctl("admin", "users", "-o", "wide").exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["get", "delete", "stop", "start", "autostop"])
+def test_no_name_and_no_selector_is_a_usage_error_and_nothing_else(devctl, command):
+    result = devctl(command, "-o", "json") if command != "delete" else devctl(command)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: give one or more NAMEs or -l SELECTOR (see 'devctl {command} --help')"]
