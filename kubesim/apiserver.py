@@ -112,9 +112,12 @@ class ApiServer:
                 raise errors.ApiError(404, f'namespaces "{namespace}" not found', "NotFound",
                                       {"name": namespace, "kind": "namespaces"})
             if ns["metadata"].get("deletionTimestamp"):
-                raise errors.ApiError(403, f'{rt.kind.lower()} "" is forbidden: unable to create new '
+                # as kube-apiserver's NamespaceLifecycle admission: the cause names it
+                raise errors.ApiError(403, f'{rt.plural} "" is forbidden: unable to create new '
                                       f'content in namespace {namespace} because it is being '
-                                      'terminated', "Forbidden")
+                                      'terminated', "Forbidden", {"kind": rt.plural},
+                                      causes=[{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                                               "message": f"namespace {namespace} is being terminated"}])
         return namespace
 
     def _check_type(self, rt: ResourceType, obj: Any) -> None:

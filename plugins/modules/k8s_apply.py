@@ -43,6 +43,9 @@ options:
     default: false
 notes:
   - Supports check mode (nothing is sent; the objects are returned as given).
+  - An object whose namespace is being deleted (403 with the cause C(NamespaceTerminating), the
+    namespace controller taking everything in it along) is not an error; it and the rest of
+    that namespace's objects are skipped and the namespace is listed in RV(namespace_terminating).
 """
 
 EXAMPLES = r"""
@@ -67,6 +70,11 @@ result:
       order given.
   returned: success
   type: dict
+namespace_terminating:
+  description: The namespaces being deleted whose objects were skipped (see the notes).
+  returned: success
+  type: list
+  elements: str
 """
 
 
@@ -105,6 +113,15 @@ def apply_path(obj, field_manager, force):
                       urlencode(query))
 
 
+def namespace_terminating(code, status):
+    """A create refused because the object's namespace is being deleted (kube-apiserver's
+    NamespaceLifecycle admission: 403 with the cause NamespaceTerminating)."""
+    if code != 403 or not isinstance(status, dict):
+        return False
+    causes = (status.get("details") or {}).get("causes") if isinstance(status.get("details"), dict) else None
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes or [])
+
+
 def apply_result(results):
     """kubernetes.core.k8s's shape: one object, or {results: [...]}."""
     if len(results) == 1:
@@ -124,7 +141,10 @@ def run(module):
         module.exit_json(changed=True, result=apply_result([dict(result=o, changed=True, method="apply") for o in objects]))
     client = api_client(params)
     results = []
+    terminating = set()
     for obj in objects:
+        if obj["metadata"].get("namespace") in terminating:
+            continue
         path = apply_path(obj, params["field_manager"], params["force_conflicts"])
         # The object itself, not its JSON text: every client generation serialises a dict for an
         # apply-patch+yaml body (JSON is YAML), while kubernetes 33 (the base image's) would
@@ -135,14 +155,21 @@ def run(module):
         except RequestError as exc:
             body = exc.body.decode("utf-8", "replace") if isinstance(exc.body, bytes) else exc.body
             try:
-                message = json.loads(body).get("message") or body
+                status = json.loads(body)
+                message = status.get("message") or body
             except (TypeError, ValueError, AttributeError):
-                message = body
+                status, message = {}, body
+            if namespace_terminating(exc.status, status):
+                # Its namespace is being deleted and takes everything in it along: nothing to converge.
+                terminating.add(obj["metadata"].get("namespace"))
+                continue
             module.fail_json(msg="failed to apply %s %s: %s %s: %s" % (obj["kind"], obj["metadata"]["name"], exc.status,
                                                                          exc.reason, message),
                              status=exc.status, reason=exc.reason, error=exc.status)
         results.append(dict(result=applied, changed=True, method="apply"))
-    module.exit_json(changed=True, result=apply_result(results))
+    if not results:
+        module.exit_json(changed=False, result={"results": []}, namespace_terminating=sorted(terminating))
+    module.exit_json(changed=True, result=apply_result(results), namespace_terminating=sorted(terminating))
 
 
 # The arguments (AnsibleModule's argument_spec; the action plugin of the same name validates

@@ -186,3 +186,24 @@ def test_action_plugins_give_the_module_results(kubesim, tmp_path):
     module_apply = support.run_module("k8s_apply", {"field_manager": "t", "definition": cms[0]}, env)
     assert module_apply["result"]["metadata"]["name"] == "a" and module_apply["changed"]
     assert kubesim.call(kubesim.api.get, "configmaps", "default", "b")["data"] == {"k": "v"}
+
+
+def test_apply_into_a_namespace_being_deleted_is_skipped_not_failed(kubesim):
+    """The namespace controller takes a terminating namespace's objects along; a reconcile that
+    meanwhile re-creates one (a dependent watch saw it go) is refused, 403 with the cause
+    NamespaceTerminating. k8s_apply skips that namespace instead of failing the run (on the real
+    control plane the DevServer's run failed so, and was retried with backoff: issue 26.4)."""
+    kubesim.call(kubesim.api.create, "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "going"}})
+    kubesim.call(kubesim.api.create, "configmaps", dict(CM, metadata={"name": "held", "namespace": "going",
+                                                                     "finalizers": ["example.com/hold"]}))
+    kubesim.call(kubesim.api.delete, "namespaces", "", "going")
+    assert kubesim.call(kubesim.api.get, "namespaces", "", "going")["metadata"].get("deletionTimestamp")
+    objs = [dict(CM, metadata={"name": "new", "namespace": "going"}), dict(CM, metadata={"name": "c", "namespace": "default"})]
+    got = support.run_module("k8s_apply", {"field_manager": "t", "definition": objs}, {"K8S_AUTH_KUBECONFIG": kubesim.kubeconfig})
+    assert not got.get("failed"), got
+    assert got["namespace_terminating"] == ["going"] and got["changed"]
+    assert kubesim.call(kubesim.api.get, "configmaps", "default", "c")["data"] == {"k": "v"}
+    # anything else refused is still an error
+    other = support.run_module("k8s_apply", {"field_manager": "t", "definition": [
+        dict(CM, metadata={"name": "x", "namespace": "absent"})]}, {"K8S_AUTH_KUBECONFIG": kubesim.kubeconfig})
+    assert other.get("failed") and "404" in other["msg"]
