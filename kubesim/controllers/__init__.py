@@ -11,6 +11,7 @@ BUILTIN_MODULES = (
     "job",
     "service",
     "pvc",
+    "resourcequota",
     "kueue",
     "kueue_job",
 )

@@ -1021,5 +1021,21 @@ async def test_namespace_lifecycle(api):
     with pytest.raises(ApiError) as info:
         api.create("configmaps", cm("new", ns="team"))
     assert info.value.code == 403
+    # as kube-apiserver's NamespaceLifecycle admission: the cause says why (issue 26.4)
+    assert info.value.details["causes"] == [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                                             "message": "namespace team is being terminated"}]
     api.patch("configmaps", "team", "held", {"metadata": {"finalizers": None}})
     await wait_for(gone(api, "namespaces", None, "team"), what="namespace removed")
+
+
+async def test_resource_quota_status_follows_its_spec(api):
+    """The quota controller's part kubesim has: status.hard is spec.hard, soon after create and
+    after a change (kube-apiserver refuses what a quota counts until then; issue 26.4)."""
+    api.create("resourcequotas", {"apiVersion": "v1", "kind": "ResourceQuota",
+                                  "metadata": {"name": "q", "namespace": "default"},
+                                  "spec": {"hard": {"pods": "10", "requests.nvidia.com/gpu": "4"}}})
+    await wait_for(lambda: (api.get("resourcequotas", "default", "q").get("status") or {}).get("hard")
+                   == {"pods": "10", "requests.nvidia.com/gpu": "4"}, what="status.hard")
+    api.patch("resourcequotas", "default", "q", {"spec": {"hard": {"pods": "5"}}})
+    await wait_for(lambda: api.get("resourcequotas", "default", "q")["status"]["hard"]
+                   == {"pods": "5", "requests.nvidia.com/gpu": "4"}, what="status.hard after a change")

@@ -30,4 +30,5 @@ class FilterModule(object):
             "devuser_suspend": devuser.suspend,
             "devuser_namespace": devuser.namespace_claim,
             "devuser_status": devuser_status.devuser_status,
+            "devuser_quota_pending": devuser_status.quota_pending,
         })

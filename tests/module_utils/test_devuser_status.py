@@ -42,3 +42,35 @@ def test_status(spec, kueue, problem, records, expect, reasons, message):
     assert all(c["observedGeneration"] == 4 for c in st["conditions"])
     if not problem:
         assert conds["Degraded"]["message"] == ""
+
+
+QUOTA = {"metadata": {"name": "torchdev-quota"}, "spec": {"hard": {"requests.nvidia.com/gpu": "4", "count/devservers.torchdev.io": "20"}}}
+
+
+@pytest.mark.parametrize("name,observed,desired,pending", [
+    ("not created yet", None, QUOTA, "torchdev-quota"),
+    ("created, not counted yet (no status)", {"spec": QUOTA["spec"]}, QUOTA, "count/devservers.torchdev.io"),
+    ("counted", {"status": {"hard": {"requests.nvidia.com/gpu": "4", "count/devservers.torchdev.io": "20"}}}, QUOTA, None),
+    ("counted, normalised by the API server", {"status": {"hard": {"requests.nvidia.com/gpu": "4000m",
+                                                                   "count/devservers.torchdev.io": "20"}}}, QUOTA, None),
+    ("counted for the old spec (GPUs changed)", {"status": {"hard": {"requests.nvidia.com/gpu": "2",
+                                                                     "count/devservers.torchdev.io": "20"}}},
+     QUOTA, "requests.nvidia.com/gpu"),
+    ("no quota rendered", None, None, None),
+    ("hostile: a string status", {"status": "x"}, QUOTA, "torchdev-quota"),
+    ("hostile: hard not a map", {"status": {"hard": ["x"]}}, QUOTA, "torchdev-quota"),
+])
+def test_quota_pending(name, observed, desired, pending):
+    from ansible_collections.torchdev.operator.plugins.module_utils.devuser_status import quota_pending
+
+    got = quota_pending(observed, desired)
+    assert (got is None) == (pending is None), (name, got)
+    assert pending is None or pending in got, (name, got)
+
+
+def test_a_pending_quota_keeps_the_user_pending_not_ready():
+    st = devuser_status.devuser_status("alice", {}, False, 1, names={"namespace": "dev-alice"}, pending="waiting for the quota")
+    ready = [c for c in st["conditions"] if c["type"] == "Ready"][0]
+    assert st["phase"] == "Pending" and ready["status"] == "False" and ready["reason"] == "QuotaPending"
+    assert ready["message"] == "waiting for the quota"
+    assert devuser_status.devuser_status("alice", {}, False, 1, names={"namespace": "dev-alice"})["phase"] == "Active"

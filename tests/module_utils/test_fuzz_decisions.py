@@ -329,7 +329,7 @@ FUZZED = {
                          "images_lacking_ssh", "degraded_event"],
     "devuser": ["spec", "problem", "kueue_served", "resource_groups", "namespace_compute", "quota_hard", "limits",
                 "redact", "prune", "replace", "detach", "suspend", "namespace_claim"],
-    "devuser_status": ["devuser_status"],
+    "devuser_status": ["devuser_status", "quota_pending"],
     "durations": ["format_duration"],
     "ephemeralaccelerationjob": ["normalize", "in_volume", "is_model_file", "spec_problem", "claim_spec",
                                  "runner_args", "env", "resources", "tolerations"],
