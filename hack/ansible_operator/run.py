@@ -160,17 +160,44 @@ def operator_identity(admin_kubeconfig: pathlib.Path, out: pathlib.Path, duratio
     return out
 
 
+def reap_orphans() -> list[int]:
+    """Stop the ansible-operators of this checkout left running by a process that died holding
+    PROXY_LOCK (killed without its teardown): the lock is ours now, so no live owner has one, and
+    an orphan would keep port 8888. Returns their pids."""
+    pids = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            exe = os.readlink(proc / "exe")
+        except OSError:
+            continue
+        if exe == str(BIN):
+            pids.append(int(proc.name))
+            try:
+                os.kill(int(proc.name), 9)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    while any(pathlib.Path("/proc/%d/exe" % p).exists() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pids
+
+
 class AnsibleOperator(Managed):
     """The real ansible-operator as a child process (a context manager): `start()` lays out the
     image's HOME, the operator's identity, starts the binary and waits for /readyz."""
     keep_env = "TORCHDEV_KEEP_OPERATOR_WORKDIR"
 
     def __init__(self, admin_kubeconfig: str | os.PathLike, workdir: str | os.PathLike | None = None,
-                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None):
+                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None, watches: str | None = None):
+        """`watches`: another watches.yaml (its text) for HOME instead of ours (tests: a subset of the
+        watches, other watch vars)."""
         self.admin_kubeconfig = pathlib.Path(admin_kubeconfig)
         self._own_workdir = workdir is None
         self.work = pathlib.Path(workdir or tempfile.mkdtemp(prefix="torchdev-ansible-operator-"))
         self.extra_args, self.extra_env = tuple(extra_args), dict(env or {})
+        self.watches = watches
         self.home = self.work / "home"
         self.kubeconfig = self.work / "operator.kubeconfig"
         self.log_path = self.work / "ansible-operator.log"
@@ -203,12 +230,15 @@ class AnsibleOperator(Managed):
         (self.work / "tmp" / "ansible" / "tmp").mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         image_env = layout_home(self.home)
+        if self.watches is not None:
+            (self.home / "watches.yaml").write_text(self.watches)
         t1 = time.monotonic()
         operator_identity(self.admin_kubeconfig, self.kubeconfig)
         t2 = time.monotonic()
         container = manager_container()
         self.health_port, self.metrics_port = free_port(), free_port()
         self._acquire_proxy_port(lock_timeout)
+        reap_orphans()
         t3 = time.monotonic()  # the wait for another operator is not start time
         env = operator_env(container, self.home, self.work, self.kubeconfig, image_env)
         env.update(self.extra_env)

@@ -53,6 +53,23 @@ ADMISSION_PLUGINS = (
     "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook",
 )
 
+# The audit policy of `ControlPlane(audit=True)`: every request once it is answered, without the
+# control plane's own chatter (leases, the nodes' and the scheduler's and controller manager's
+# certificate identities); deletions with the object deleted (who deleted which volume: the
+# tests' data-safety check).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "None", "users": ["system:kube-scheduler", "system:kube-controller-manager"]},
+        {"level": "None", "userGroups": ["system:nodes"]},
+        {"level": "None", "nonResourceURLs": ["/healthz*", "/readyz*", "/livez*", "/version", "/openapi*"]},
+        {"level": "RequestResponse", "verbs": ["delete", "deletecollection"]},
+        {"level": "Metadata"},
+    ],
+}
+
 
 class ClusterError(RuntimeError):
     """The control plane could not be started (the message names the log to read)."""
@@ -78,14 +95,18 @@ def _kubeconfig(server: str, ca: pathlib.Path, user: str, creds: dict[str, str])
 
 class ControlPlane:
     def __init__(self, directory: pathlib.Path | str = DEFAULT_DIR,
-                 bin_dir: pathlib.Path | str = BIN_DIR, nodes_spec: str = NODES_SPEC):
+                 bin_dir: pathlib.Path | str = BIN_DIR, nodes_spec: str = NODES_SPEC, audit: bool = False):
+        """`audit`: kube-apiserver writes an audit log (AUDIT_POLICY, JSON lines) to `audit_log`:
+        the tests of the real tier read the requests of the operator and of the test from it."""
         self.dir = pathlib.Path(directory).resolve()
+        self.audit = audit
         self.bin = pathlib.Path(bin_dir).resolve()
         self.nodes_spec = nodes_spec
         self.pki = self.dir / "pki"
         self.logs = self.dir / "logs"
         self.state_path = self.dir / "state.json"
         self.kubeconfig = self.dir / "kubeconfig"
+        self.audit_log = self.logs / "audit.log"
         self._procs: dict[int, subprocess.Popen] = {}  # reaped in down()
 
     # -- state -----------------------------------------------------------------------
@@ -196,6 +217,7 @@ class ControlPlane:
             f"--proxy-client-cert-file={f['front-proxy']}",
             f"--proxy-client-key-file={f['front-proxy-key']}",
             "--enable-aggregator-routing=true", "--profiling=false",
+            *self._audit_args(),
         ])
         self._wait(lambda: self._get("/readyz") == 200, deadline, "kube-apiserver /readyz",
                    "kube-apiserver")
@@ -242,6 +264,14 @@ class ControlPlane:
         shutil.copyfile(kc["admin"], self.kubeconfig)  # last: a kubeconfig means a usable cluster
         self.kubeconfig.chmod(0o600)
         return self.kubeconfig
+
+    def _audit_args(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0"]
 
     # -- API helpers (stdlib: usable before any client library is configured) -------
     def _ssl(self) -> ssl.SSLContext:

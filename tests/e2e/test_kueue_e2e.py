@@ -14,30 +14,27 @@ import uuid
 
 import pytest
 
-from _e2e_helpers import (GROUP, NODES, ROOT, VERSION, condition, devserver, get_ds, load, new_namespace, wait_degraded,
+from _e2e_helpers import (GROUP, ROOT, VERSION, condition, devserver, get_ds, load, new_namespace, wait_degraded,
                           wait_ready)
 from kubesim import kueue as kq
-from kubesim.testing import KubeSim
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 FLAVOR = "gpu-h100-2"
 QUEUE_LABEL, PRIORITY_LABEL = kq.QUEUE_LABEL, kq.PRIORITY_LABEL
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KQ = ("kueue.x-k8s.io", "v1beta2")
 
 
-@pytest.fixture(scope="module")
-def sim():
-    """This module's simulator: the sample node pools, with Kueue (overrides conftest's)."""
-    with KubeSim(nodes=NODES, kueue=True) as s:
-        yield s
+# Kueue (its real CRDs and kubesim's admission controller; the real Kueue on the real tier):
+# tests/_cluster.py's `sim` reads this.
+KUEUE = True
 
 
 @pytest.fixture(scope="module")
 def priority_classes(kube):
     for wpc in load_all(ROOT / "config" / "kueue" / "workloadpriorityclasses.yaml"):
-        kube["custom"].create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", wpc)
+        kube["custom"].create_cluster_custom_object(*KQ, "workloadpriorityclasses", wpc)
 
 
 @pytest.fixture
@@ -64,12 +61,12 @@ def queue_for(kube, ns, gpus=4):
     LocalQueue `torchdev` in `ns`; the name of the ClusterQueue."""
     cq = f"cq-{ns}"
     quota = {"cpu": 192, "memory": "2000Gi", "ephemeral-storage": "4Ti", "nvidia.com/gpu": gpus}
-    kube["custom"].create_cluster_custom_object(*KUEUE, "clusterqueues", {
+    kube["custom"].create_cluster_custom_object(*KQ, "clusterqueues", {
         "apiVersion": kq.API_VERSION, "kind": "ClusterQueue", "metadata": {"name": cq},
         "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO", "resourceGroups": [{
             "coveredResources": list(quota),
             "flavors": [{"name": FLAVOR, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}]}]}})
-    kube["custom"].create_namespaced_custom_object(*KUEUE, ns, "localqueues", {
+    kube["custom"].create_namespaced_custom_object(*KQ, ns, "localqueues", {
         "apiVersion": kq.API_VERSION, "kind": "LocalQueue", "metadata": {"name": "torchdev", "namespace": ns},
         "spec": {"clusterQueue": cq}})
     return cq
@@ -94,7 +91,7 @@ def resource_flavor(kube, name):
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return kube["custom"].get_cluster_custom_object(*KUEUE, "resourceflavors", name)
+        return kube["custom"].get_cluster_custom_object(*KQ, "resourceflavors", name)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -163,7 +160,7 @@ def test_third_server_queues_until_quota_frees(sim, kube, runtime, ns, priority_
     pod = kube["core"].read_namespaced_pod("three-0", ns)
     assert [g.name for g in pod.spec.scheduling_gates or []] == [kq.ADMISSION_GATE]
     assert pod.spec.node_name is None
-    wl = kube["custom"].get_namespaced_custom_object(*KUEUE, ns, "workloads", queue["workload"])
+    wl = kube["custom"].get_namespaced_custom_object(*KQ, ns, "workloads", queue["workload"])
     assert wl["spec"]["priority"] == 10000 and wl["spec"]["podSets"][0]["count"] == 1
 
     # an unchanged queued server re-reconciles with reads only
@@ -228,7 +225,7 @@ def test_namespace_without_local_queue_is_not_queued(sim, kube, runtime, ns):
     assert "queue" not in obj["status"]
     sts = kube["apps"].read_namespaced_stateful_set("free", ns)
     assert QUEUE_LABEL not in (sts.metadata.labels or {})
-    assert not [w for w in kube["custom"].list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]]
+    assert not [w for w in kube["custom"].list_namespaced_custom_object(*KQ, ns, "workloads")["items"]]
 
 
 def test_queued_server_shows_an_eta_from_the_reservations_and_starts_near_it(sim, kube, runtime, ns, priority_classes):

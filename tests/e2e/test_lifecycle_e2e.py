@@ -16,21 +16,15 @@ from click.testing import CliRunner
 
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import parse_duration
 
-from _e2e_helpers import GROUP, ROOT, VERSION, condition, devserver, get_ds, wait_ready
+from _e2e_helpers import GROUP, VERSION, condition, devserver, get_ds, wait_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WARNINGS = (24, 16, 8)
 
 
-@pytest.fixture(scope="module")
-def runtime(sim, kube):
-    from torchdev_runtime.runtime import Runtime
-
-    env = {"TORCHDEV_LIFECYCLE_WARNINGS": ",".join("%ds" % w for w in WARNINGS), "TORCHDEV_MAX_RESERVATION": "2h"}
-    with Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig, ansible_config=str(ROOT / "ansible.cfg"),
-                 max_concurrent_reconciles=2, extra_env=env) as rt:
-        yield rt
+# The operator's environment (tests/_cluster.py's `runtime`).
+OPERATOR_ENV = {"TORCHDEV_LIFECYCLE_WARNINGS": ",".join("%ds" % w for w in WARNINGS), "TORCHDEV_MAX_RESERVATION": "2h"}
 
 
 def ts(value: str) -> datetime:

@@ -14,8 +14,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from _e2e_helpers import NODES, get_ds, wait_ready
-from kubesim.testing import KubeSim
+from _e2e_helpers import get_ds, wait_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -25,10 +24,9 @@ NS = f"dev-{USER}"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOnboardingE2eKeyForTorchdevxxxxxxxxxxxxxxxxx alice"
 
 
-@pytest.fixture(scope="module")
-def sim():
-    with KubeSim(nodes=NODES, kueue=True) as s:
-        yield s
+# Kueue (its real CRDs and kubesim's admission controller; the real Kueue on the real tier):
+# tests/_cluster.py's `sim` reads this.
+KUEUE = True
 
 
 @pytest.fixture

@@ -8,32 +8,30 @@ from __future__ import annotations
 
 import pytest
 
-from _e2e_helpers import GROUP, NODES, VERSION
+from _e2e_helpers import GROUP, VERSION
 from kubesim import kueue as kq
-from kubesim.testing import KubeSim
 from test_trainingjob_e2e import annotate_workers, batch, create, tj, wait_state, workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KQ = ("kueue.x-k8s.io", "v1beta2")
 
 
-@pytest.fixture(scope="module")
-def sim():
-    with KubeSim(nodes=NODES, kueue=True) as s:
-        yield s
+# Kueue (its real CRDs and kubesim's admission controller; the real Kueue on the real tier):
+# tests/_cluster.py's `sim` reads this.
+KUEUE = True
 
 
 def queue_for(kube, ns, gpus=4):
     cq, flavor = f"cq-{ns}", f"rf-{ns}"
-    kube["custom"].create_cluster_custom_object(*KUEUE, "resourceflavors", {
+    kube["custom"].create_cluster_custom_object(*KQ, "resourceflavors", {
         "apiVersion": kq.API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}})
     quota = {"cpu": 64, "memory": "512Gi", "nvidia.com/gpu": gpus}
-    kube["custom"].create_cluster_custom_object(*KUEUE, "clusterqueues", {
+    kube["custom"].create_cluster_custom_object(*KQ, "clusterqueues", {
         "apiVersion": kq.API_VERSION, "kind": "ClusterQueue", "metadata": {"name": cq},
         "spec": {"namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO", "resourceGroups": [{
             "coveredResources": list(quota),
             "flavors": [{"name": flavor, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}]}]}})
-    kube["custom"].create_namespaced_custom_object(*KUEUE, ns, "localqueues", {
+    kube["custom"].create_namespaced_custom_object(*KQ, ns, "localqueues", {
         "apiVersion": kq.API_VERSION, "kind": "LocalQueue", "metadata": {"name": "torchdev", "namespace": ns},
         "spec": {"clusterQueue": cq}})
     return cq

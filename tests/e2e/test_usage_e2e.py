@@ -27,14 +27,8 @@ RETENTION = 600  # seconds: the records the operator writes here outlive the mod
 A10G_PRICE = Decimal("1.2120")  # config/samples gpu-a10g-1
 
 
-@pytest.fixture(scope="module")
-def runtime(sim, kube):
-    from torchdev_runtime.runtime import Runtime
-
-    env = {"TORCHDEV_LIFECYCLE_WARNINGS": "5s", "TORCHDEV_USAGE_RETENTION": "%ds" % RETENTION}
-    with Runtime(str(ROOT / "watches.yaml"), sim.kubeconfig, ansible_config=str(ROOT / "ansible.cfg"),
-                 max_concurrent_reconciles=2, extra_env=env) as rt:
-        yield rt
+# The operator's environment (tests/_cluster.py's `runtime`): warnings and retention in seconds.
+OPERATOR_ENV = {"TORCHDEV_LIFECYCLE_WARNINGS": "5s", "TORCHDEV_USAGE_RETENTION": "%ds" % RETENTION}
 
 
 def ts(value: str) -> datetime:

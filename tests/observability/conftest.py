@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from _cluster import kube, ns, runtime, sim  # noqa: F401 (fixtures)
+from _cluster import kube, ns, real_tier, runtime, sim  # noqa: F401 (fixtures)
 from _e2e_helpers import GROUP, VERSION
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _cluster import kube, ns, runtime, sim  # noqa: F401 (the end-to-end fixtures, for the tests that run the operator)
+from _cluster import kube, ns, real_tier, runtime, sim  # noqa: F401 (the end-to-end fixtures, for the tests that run the operator)
 from hack import render_manifests as renderer
 
 ROOT = Path(__file__).resolve().parents[2]
