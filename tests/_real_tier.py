@@ -364,26 +364,28 @@ class RealRuntime:
         kinds = [kind] if kind else list(PLURALS)
         for k in kinds:
             base = self.runner_dir / k
-            for status in base.glob("*/*/artifacts/*/status"):
+            # <Kind>/<namespace>/<name>/artifacts/<run>, <Kind>/<name>/artifacts/<run> when cluster-scoped
+            for status in base.glob(("*" if k in CLUSTER_SCOPED else "*/*") + "/artifacts/*/status"):
                 run = status.parent
                 if str(run) in self._seen or run.name == "latest":
                     continue
-                ns, name = run.parts[-4], run.parts[-3]
+                ns, name = ("" if k in CLUSTER_SCOPED else run.parts[-4]), run.parts[-3]
                 try:
                     state = status.read_text().strip()
                     started = min(p.stat().st_mtime for p in run.iterdir())
                     ended = status.stat().st_mtime
-                    extravars = json.loads((run.parent.parent / "env" / "extravars").read_text()) \
-                        if (run.parent.parent / "env" / "extravars").exists() else {}
+                    # a finalizer run: the role's reconcile block skipped, its deletionTimestamp set
+                    finalizer = "deletionTimestamp is not defined\", \"skip_reason\"" in (run / "stdout").read_text(
+                        errors="replace")
                 except (OSError, ValueError):
                     continue
                 if started < self._since:
                     continue
                 self._seen[str(run)] = ReconcileRecord(
-                    kind=k, namespace="" if k in CLUSTER_SCOPED else ns, name=name, started=started,
+                    kind=k, namespace=ns, name=name, started=started,
                     duration=ended - started, ok=state == "successful", ran=True, run_seconds=ended - started,
                     error=None if state == "successful" else state,
-                    finalizer_run=any(key.endswith("_finalizing") for key in extravars))
+                    finalizer_run=finalizer)
         recs = [r for r in self._seen.values() if kind is None or r.kind == kind]
         return sorted(recs, key=lambda r: r.started)
 
@@ -412,14 +414,25 @@ class RealRuntime:
         owned = [(batch.list_namespaced_job, batch.patch_namespaced_job),
                  (core.list_namespaced_config_map, core.patch_namespaced_config_map),
                  (core.list_namespaced_service, core.patch_namespaced_service),
-                 (rbac.list_namespaced_role_binding, rbac.patch_namespaced_role_binding)] if namespace else []
-        for lister, patcher in owned:
-            for item in lister(namespace).items:
-                if any(r.uid == uid for r in item.metadata.owner_references or []):
-                    patcher(item.metadata.name, namespace, body)
-                    return
-        raise RuntimeError(f"{kind} {namespace}/{name}: ansible-operator reconciles it on a change of its "
-                           "generation or of an object it owns, and it owns no Job, ConfigMap or Service yet")
+                 (core.list_namespaced_pod, core.patch_namespaced_pod),
+                 (core.list_namespaced_persistent_volume_claim, core.patch_namespaced_persistent_volume_claim),
+                 (rbac.list_namespaced_role_binding, rbac.patch_namespaced_role_binding)]
+
+        def patch_an_owned_object():
+            ns = namespace or ((self._custom.get_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
+                                .get("status") or {}).get("namespace") if kind in CLUSTER_SCOPED else "")
+            for lister, patcher in owned if ns else []:
+                for item in lister(ns).items:
+                    if any(r.uid == uid for r in item.metadata.owner_references or []):
+                        patcher(item.metadata.name, ns, body)
+                        return True
+            return False
+
+        try:  # the first run may still be making them
+            wait_for(patch_an_owned_object, 60, 0.5, f"an object {kind} {namespace}/{name} owns")
+        except TimeoutError:
+            raise RuntimeError(f"{kind} {namespace}/{name}: ansible-operator reconciles it on a change of its "
+                               "generation or of an object it owns, and it owns none yet") from None
 
     def reconciling(self, kind: str, namespace: str, name: str) -> bool:
         return not self.is_idle()

@@ -229,10 +229,13 @@ def test_records_are_pruned_when_their_retention_ends(sim, kube, runtime):
                           .get("usageRecords") or {}).get("oldestEndedAt") == ending, 60, interval=0.2,
                  message="status.usageRecords.oldestEndedAt of the DevUser")
     assert now() < due and [r["metadata"]["name"] for r in records(kube, ns)] == ["ending"]  # kept until due
-    deadlines = runtime.counters("DevUser")["causes"].get("deadline", 0)
+    # why a run ran: the local runtime counts it; ansible-operator does not say (the real tier)
+    causes = runtime.counters("DevUser").get("causes")
+    deadlines = causes.get("deadline", 0) if causes is not None else None
     sim.wait_for(lambda: not records(kube, ns), due_in + 60, interval=0.2, message="the record pruned at its due time")
     assert now() >= due - timedelta(seconds=1)  # not before (second precision)
-    assert runtime.counters("DevUser")["causes"].get("deadline", 0) > deadlines  # a requeue at the due time
+    if deadlines is not None:
+        assert runtime.counters("DevUser")["causes"].get("deadline", 0) > deadlines  # a requeue at the due time
     deletes = [r["path"].rsplit("/", 1)[1] for r in sim.requests(20000)
                if f"/namespaces/{ns}/usagerecords/" in r["path"] and r["verb"] == "delete"]
     assert deletes == ["old", "ending"], deletes  # one delete each, by the operator
@@ -267,7 +270,8 @@ def test_a_namespace_being_deleted_takes_its_records_along(sim, kube, runtime):
 
 def onboard(sim, kube, user: str, gpus: int = 0) -> str:
     """A DevUser <user> (e-mail <user>@example.com, ``gpus`` GPUs of quota) and its namespace
-    dev-<user>, labelled as its."""
+    dev-<user>, labelled as its; returns once the DevUser is Ready (its runs settled: the next one is
+    its reconcile period's, or a nudge)."""
     from hack.render_cases import KEY
 
     kube["custom"].create_cluster_custom_object(GROUP, VERSION, "devusers", {
@@ -283,6 +287,11 @@ def onboard(sim, kube, user: str, gpus: int = 0) -> str:
             return False
         return user in labels.values()
     sim.wait_for(labelled, 120, interval=0.2, message=f"namespace {ns} of DevUser {user}")
+
+    def ready():
+        obj = kube["custom"].get_cluster_custom_object(GROUP, VERSION, "devusers", user)
+        return condition(obj, "Ready").get("status") == "True"
+    sim.wait_for(ready, 120, interval=0.2, message=f"DevUser {user} Ready")
     return ns
 
 
