@@ -12,8 +12,11 @@ import pytest
 
 from _e2e_helpers import GROUP, VERSION
 from kubesim import kueue as kq
-from test_eaj_e2e import PLURAL, end_pod, job, pod_of, runtime, wait_phase  # noqa: F401 (runtime: the fixture)
-from test_trainingjob_kueue_e2e import KUEUE, sim  # noqa: F401 (sim: kubesim with Kueue, overrides conftest's)
+from test_eaj_e2e import PLURAL, WATCH_KINDS, WATCH_VARS, end_pod, job, pod_of, wait_phase  # noqa: F401 (the watches)
+from test_trainingjob_kueue_e2e import KQ
+
+# Kueue (tests/_cluster.py's `sim`); the EphemeralAccelerationJob watch alone (its `runtime`)
+KUEUE = True
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -21,21 +24,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def one_gpu_queue(kube, ns):
     """ResourceFlavor, ClusterQueue `eaj-<ns>` (1 GPU, cpu and memory ample), LocalQueue torchdev."""
     flavor, cq = f"any-{ns}", f"eaj-{ns}"
-    kube["custom"].create_cluster_custom_object(*KUEUE, "resourceflavors", {
+    kube["custom"].create_cluster_custom_object(*KQ, "resourceflavors", {
         "apiVersion": kq.API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}})
     quota = {"cpu": 64, "memory": "256Gi", "nvidia.com/gpu": 1}
-    kube["custom"].create_cluster_custom_object(*KUEUE, "clusterqueues", {
+    kube["custom"].create_cluster_custom_object(*KQ, "clusterqueues", {
         "apiVersion": kq.API_VERSION, "kind": "ClusterQueue", "metadata": {"name": cq},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": list(quota),
             "flavors": [{"name": flavor, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}]}]}})
-    kube["custom"].create_namespaced_custom_object(*KUEUE, ns, "localqueues", {
+    kube["custom"].create_namespaced_custom_object(*KQ, ns, "localqueues", {
         "apiVersion": kq.API_VERSION, "kind": "LocalQueue", "metadata": {"name": "torchdev", "namespace": ns},
         "spec": {"clusterQueue": cq}})
 
 
 def workload_of(kube, ns, pod):
-    items = kube["custom"].list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+    items = kube["custom"].list_namespaced_custom_object(*KQ, ns, "workloads")["items"]
     return next((w for w in items if any(r["uid"] == pod.metadata.uid for r in w["metadata"].get("ownerReferences") or [])),
                 None)
 
