@@ -196,7 +196,8 @@ test: $(IMAGE_STAMP)
 REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_onboarding_e2e.py tests/e2e/test_usage_e2e.py \
 	tests/e2e/test_eaj_e2e.py
 # Open on the real tier (issue 26.4; docs/architecture.md "Two test tiers"): deselected there, by name.
-REAL_E2E_OPEN ?= tests/e2e/test_usage_e2e.py::test_a_job_deleted_while_it_runs_still_leaves_a_complete_record \
+REAL_E2E_OPEN ?= tests/e2e/test_onboarding_e2e.py::test_onboard_queue_and_start_when_quota_frees \
+	tests/e2e/test_usage_e2e.py::test_a_job_deleted_while_it_runs_still_leaves_a_complete_record \
 	tests/e2e/test_usage_e2e.py::test_records_are_pruned_when_their_retention_ends \
 	tests/e2e/test_eaj_e2e.py::test_success_then_the_pod_and_the_volume_go_at_their_ttls
 .PHONY: test-real
