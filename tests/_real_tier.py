@@ -39,6 +39,7 @@ import urllib.request
 from typing import Any, Callable
 
 from _e2e_helpers import GROUP, ROOT, VERSION, load
+from kubesim.cluster import SEED_OBJECTS
 
 OPERATOR_USER = "system:serviceaccount:torchdev-system:torchdev-controller-manager"
 # kube-controller-manager's controllers (--use-service-account-credentials) as kubesim names them
@@ -50,16 +51,10 @@ MACHINERY_USERS = ("system:serviceaccount:kube-system:", "system:kube-", "system
                    "system:serviceaccount:kueue-system:")
 # The requests of the tests' `enqueue` (not the test's, not the operator's: kubesim's enqueue writes nothing).
 ENQUEUE_AGENT = "torchdev-e2e-enqueue/1.0"
-PROVISIONERS = {"ebs.csi.aws.com", "efs.csi.aws.com"}
-STORAGE_CLASSES = [
-    {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-     "metadata": {"name": "gp3", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-     "provisioner": "ebs.csi.aws.com", "parameters": {"type": "gp3", "encrypted": "true"},
-     "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate", "allowVolumeExpansion": True},
-    {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "efs-sc"},
-     "provisioner": "efs.csi.aws.com", "parameters": {"provisioningMode": "efs-ap", "directoryPerms": "700"},
-     "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate"},
-]
+
+# kubesim's own storage classes (kubesim/cluster.py seeds them), so a claim binds on both tiers
+STORAGE_CLASSES = [o for o in SEED_OBJECTS if o["kind"] == "StorageClass"]
+PROVISIONERS = {c["provisioner"] for c in STORAGE_CLASSES}
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # The kinds whose watch sets watchAnnotationsChanges (watches.yaml): an annotation enqueues them.
 ANNOTATION_WATCHES = {"DevServer"}
