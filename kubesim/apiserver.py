@@ -65,6 +65,12 @@ def _managed_sans_time(obj: Obj) -> list[Obj]:
             for e in obj["metadata"].get("managedFields") or []]
 
 
+def _field_manager_required(rt: ResourceType) -> errors.ApiError:
+    return errors.invalid(rt.kind, "", [{"field": "fieldManager", "reason": "FieldValueRequired",
+                                         "message": "Required value: is required for apply patch"}],
+                          rt.group)
+
+
 def _body_spec(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
@@ -162,7 +168,7 @@ class ApiServer:
                                             field_validation=FIELD_VALIDATION.get())
         if rt.key == _CRD_KEY:
             validation.validate_crd(obj)
-        validation.validate_builtin(obj)
+        validation.validate_builtin(obj, strict=FIELD_VALIDATION.get() == "Strict")
         validation.validate_builtin_semantics(obj)
         return obj
 
@@ -215,7 +221,8 @@ class ApiServer:
             if rest > 0:
                 meta["continue"] = base64.urlsafe_b64encode(json.dumps(
                     {"start": start + len(page), "rv": list_rv}).encode()).decode()
-                meta["remainingItemCount"] = rest
+                if match is None:  # as kube-apiserver: no count of what a selector would keep
+                    meta["remainingItemCount"] = rest
             items = page
         elif start:
             items = items[start:]
@@ -285,6 +292,8 @@ class ApiServer:
             obj.pop("status", None)
         if not rt.crd:
             defaults.apply_defaults(rt.kind, rt.api_version, obj)
+        if rt.key == "persistentvolumeclaims":
+            self._default_storage_class(obj)
         if rt.kind == "Service" and rt.group == "":
             self._allocate_service(obj)
         for mutate in self.mutators:
@@ -302,6 +311,19 @@ class ApiServer:
             self._crd_established(obj)
             obj = self.store.get(rt.key, "", obj["metadata"]["name"]) or obj
         return deepcopy(obj)
+
+    def _default_storage_class(self, claim: Obj) -> None:
+        """kube-apiserver's DefaultStorageClass admission: a claim that names no class (the
+        field absent; "" asks for none) gets the default one, the newest when several are."""
+        spec = claim.get("spec")
+        if not isinstance(spec, dict) or "storageClassName" in spec:
+            return
+        marked = [sc for sc in self.store.items("storageclasses.storage.k8s.io")
+                  if (sc["metadata"].get("annotations") or {}).get(
+                      "storageclass.kubernetes.io/is-default-class") == "true"]
+        if marked:
+            newest = max(marked, key=lambda sc: (sc["metadata"].get("creationTimestamp", ""), sc["metadata"]["name"]))
+            spec["storageClassName"] = newest["metadata"]["name"]
 
     def _allocate_service(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
@@ -538,8 +560,7 @@ class ApiServer:
                     raise errors.bad_request("the name of the object does not match the name "
                                              "on the URL")
                 if not field_manager:
-                    raise errors.bad_request("PATCH requests with apply content type require "
-                                             "fieldManager to be set")
+                    raise _field_manager_required(rt)
                 applied = patching.server_side_apply(None, body, field_manager, force,
                                                      rt.api_version, rt.kind, now_rfc3339(),
                                                      **self._apply_kwargs(rt))
@@ -569,8 +590,7 @@ class ApiServer:
                 new = patching.strategic_merge_patch(base, body, api_version, kind)
             elif patch_type == "apply":
                 if not field_manager:
-                    raise errors.bad_request("PATCH requests with apply content type require "
-                                             "fieldManager to be set")
+                    raise _field_manager_required(rt)
                 if not isinstance(body, dict):
                     raise errors.bad_request("apply patch must be an object")
                 if subresource != "status":

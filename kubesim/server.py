@@ -62,6 +62,16 @@ def _status_response(exc: errors.ApiError) -> web.Response:
     return response
 
 
+# The kinds whose registry answers a DELETE with the object even when it is gone at once
+# (ReturnDeletedObject in kube-apiserver's pkg/registry: their OpenAPI DELETE answers the kind);
+# every other kind answers a Status.
+_RETURN_DELETED = frozenset({
+    "pods", "persistentvolumeclaims", "podtemplates", "resourcequotas", "services", "serviceaccounts",
+    "persistentvolumes", "namespaces", "storageclasses.storage.k8s.io", "csidrivers.storage.k8s.io",
+    "csinodes.storage.k8s.io", "volumeattachments.storage.k8s.io",
+    "volumeattributesclasses.storage.k8s.io"})
+
+
 class Route:
     """A parsed resource path."""
 
@@ -515,6 +525,12 @@ class KubeSimServer:
             if not isinstance(body, dict):
                 raise errors.bad_request("the body of the request must be a JSON object")
             created = api.store.get(rt.key, ns or "", route.name) is None
+            if rt.crd and not created and route.subresource != "scale" and \
+                    not (body.get("metadata") or {}).get("resourceVersion"):
+                # a custom resource's strategy allows no unconditional update
+                raise errors.invalid(rt.kind, route.name, [{
+                    "field": "metadata.resourceVersion", "reason": "FieldValueInvalid",
+                    "message": "Invalid value: 0: must be specified for an update"}], rt.group)
             obj = api.update(rt, body, ns, route.subresource, self._dry_run(request),
                              field_manager, name=route.name)
             return _json(obj, 201 if created and not route.subresource else 200)
@@ -544,7 +560,14 @@ class KubeSimServer:
                 return _json(api.delete_collection(rt, ns, q.get("labelSelector"),
                                                    q.get("fieldSelector"), propagation, dry))
             obj = api.delete(rt, ns, route.name, propagation, opts.get("preconditions"), dry)
-            return _json(obj, 200)
+            if rt.key in _RETURN_DELETED or obj["metadata"].get("deletionTimestamp"):
+                return _json(obj, 200)
+            # deleted at once: kube-apiserver answers a Status (unless its registry returns the object)
+            details = {"name": route.name, "kind": rt.plural, "uid": obj["metadata"].get("uid")}
+            if rt.group:
+                details["group"] = rt.group
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                          "details": details}, 200)
         raise errors.ApiError(405, "the server does not allow this method on the requested "
                               "resource", "MethodNotAllowed")
 

@@ -233,10 +233,12 @@ def _builtin_error_causes(err: jsonschema.ValidationError) -> list[dict[str, str
     return [_cause(f, "FieldValueInvalid", f"Invalid value: {_goval(inst)}: {err.message}")]
 
 
-def validate_builtin(obj: dict) -> None:
+def validate_builtin(obj: dict, strict: bool = False) -> None:
     """Validate a built-in object against its strict schema; raise 422 with field causes.
 
     Kinds without a shipped schema are accepted as-is (nothing to validate against).
+    ``strict`` (the request's fieldValidation=Strict): unknown fields are a 400, "strict
+    decoding error", as kube-apiserver's decoder answers before any validation.
     """
     api_version = obj.get("apiVersion") or ""
     kind = obj.get("kind") or ""
@@ -246,6 +248,12 @@ def validate_builtin(obj: dict) -> None:
     errors = list(validator.iter_errors(obj))
     if not errors:
         return
+    if strict:
+        unknown = [c["message"] for e in errors if e.validator == "additionalProperties"
+                   for c in _builtin_error_causes(e) if c["message"].startswith("unknown field")]
+        if unknown:
+            raise ApiError(400, "; ".join(f"strict decoding error: {m}" for m in sorted(set(unknown))),
+                           "BadRequest")
     causes: list[dict[str, str]] = []
     seen = set()
     for e in sorted(errors, key=lambda e: [str(p) for p in e.absolute_path]):

@@ -674,9 +674,10 @@ def test_server_side_apply(http, ns):
     code, out = http.patch(f"{path}?fieldManager=mgr-a", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}}, APPLY)
     assert code == 200 and out["data"] == {"shared": "b", "owned-by-b": "2"}
-    # apply without a fieldManager is a 400
+    # apply without a fieldManager is invalid (422, the cause names fieldManager, as
+    # kube-apiserver answers: tests/real/test_differential_real.py)
     code, out = http.patch(path, cfg, APPLY)
-    assert code == 400
+    assert code == 422 and out["details"]["causes"][0]["field"] == "fieldManager", out
 
 
 def test_server_side_apply_noop_later_keeps_resource_version(http, ns, monkeypatch):
