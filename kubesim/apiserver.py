@@ -300,7 +300,7 @@ class ApiServer:
             mutate(rt, obj)
         obj = self._admit(rt, obj, None, None)
         if field_manager:
-            self._record_manager(obj, field_manager, "Update", rt)
+            obj = self._track_update(rt, None, obj, field_manager, None)
         if rt.key == _CRD_KEY:
             self._crd_created(obj)
         if dry_run:
@@ -347,12 +347,15 @@ class ApiServer:
                     p["nodePort"] = port
                     used.add(port)
 
-    def _record_manager(self, obj: Obj, manager: str, operation: str, rt: ResourceType) -> None:
-        entries = [e for e in obj["metadata"].get("managedFields") or []
-                   if not (e.get("manager") == manager and e.get("operation") == operation)]
-        entries.append({"manager": manager, "operation": operation, "apiVersion": rt.api_version,
-                        "time": now_rfc3339(), "fieldsType": "FieldsV1", "fieldsV1": {}})
-        obj["metadata"]["managedFields"] = entries
+    def _track_update(self, rt: ResourceType, old: Obj | None, new: Obj, manager: str,
+                      subresource: str | None) -> Obj:
+        """The fields a create or update sets, owned by its manager (operation Update), as
+        kube-apiserver tracks them: a later apply that changes them conflicts."""
+        from kubesim import patching
+
+        return patching.update_managed_fields(old, new, manager, rt.api_version, now_rfc3339(),
+                                              kind=rt.kind, subresource=subresource,
+                                              **self._apply_kwargs(rt))
 
     def _bind(self, namespace: str, binding: Obj) -> Obj:
         name = (binding.get("metadata") or {}).get("name", "")
@@ -423,6 +426,8 @@ class ApiServer:
                 merged["status"] = new["status"]
             else:
                 merged.pop("status", None)
+            if operation == "Apply" and "managedFields" in (new.get("metadata") or {}):
+                merged["metadata"]["managedFields"] = new["metadata"]["managedFields"]
             new = merged
         elif subresource == "finalize":
             merged = deepcopy(old)
@@ -465,7 +470,8 @@ class ApiServer:
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         new = self._admit(rt, new, old, subresource)
         if field_manager and operation == "Update":
-            self._record_manager(new, field_manager, operation, rt)
+            new = self._track_update(rt, old, new, field_manager,
+                                     subresource if subresource == "status" else None)
             if _strip_volatile(new) == _strip_volatile(old):
                 new["metadata"]["managedFields"] = old["metadata"].get("managedFields")
                 if new["metadata"]["managedFields"] is None:
@@ -596,12 +602,18 @@ class ApiServer:
                 if subresource != "status":
                     self._check_type(rt, body)
                 new = patching.server_side_apply(base, body, field_manager, force, rt.api_version,
-                                                 rt.kind, now_rfc3339(), **self._apply_kwargs(rt))
+                                                 rt.kind, now_rfc3339(), conflict_with_updates=True,
+                                                 subresource=subresource if subresource == "status" else None,
+                                                 **self._apply_kwargs(rt))
             else:
                 raise errors.ApiError(415, f"unsupported patch type {patch_type}",
                                       "UnsupportedMediaType")
         except patching.PatchError as exc:
             code = getattr(exc, "code", 422)
+            if isinstance(exc, patching.ConflictError):  # each conflict a cause naming its field
+                raise errors.ApiError(code, str(exc), "Conflict",
+                                      {"name": name, "kind": rt.key if rt.group else rt.plural},
+                                      causes=exc.causes) from None
             raise errors.ApiError(code, str(exc), errors.REASONS.get(code, "Invalid")) from None
         if not isinstance(new, dict):
             raise errors.ApiError(422, "the patch produced an object that is not a JSON object",
@@ -666,6 +678,8 @@ class ApiServer:
             new = deepcopy(old)
             new["metadata"]["deletionTimestamp"] = now_rfc3339()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
+            if new["metadata"].get("generation"):  # as kube-apiserver's BeforeDelete
+                new["metadata"]["generation"] += 1
             new["metadata"]["finalizers"] = finalizers
             if not finalizers:
                 new["metadata"].pop("finalizers")

@@ -445,7 +445,13 @@ class KubeSimServer:
 
     @staticmethod
     def _dry_run(request: web.Request) -> bool:
-        return "All" in request.query.getall("dryRun", [])
+        values = request.query.getall("dryRun", [])
+        for value in values:
+            if value != "All":  # as kube-apiserver: the only dry-run stage there is
+                raise errors.invalid("", "", [{"field": "dryRun", "reason": "FieldValueNotSupported",
+                                               "message": f'Unsupported value: ["{value}"]: supported '
+                                                          'values: "All"'}])
+        return "All" in values
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         provider = self._aggregated(request.match_info.get("group", ""))
@@ -503,6 +509,8 @@ class KubeSimServer:
             return _json(obj)
 
         body = await self._body(request, route)
+        # as kube-apiserver: a write without fieldManager is managed by its user agent's name
+        agent = request.headers.get("User-Agent", "").split("/")[0][:128] or None
         field_manager = q.get("fieldManager")
         FIELD_VALIDATION.set(q.get("fieldValidation") or "Ignore")
         if method == "POST":
@@ -515,7 +523,7 @@ class KubeSimServer:
             if body is None:
                 raise errors.bad_request("the body of the request was empty")
             return _json(api.create(rt, body, ns, dry_run=self._dry_run(request),
-                                    field_manager=field_manager), 201)
+                                    field_manager=field_manager or agent), 201)
         if method == "PUT":
             if not route.name:
                 raise errors.ApiError(405, "the server does not allow this method on the "
@@ -532,7 +540,7 @@ class KubeSimServer:
                     "field": "metadata.resourceVersion", "reason": "FieldValueInvalid",
                     "message": "Invalid value: 0: must be specified for an update"}], rt.group)
             obj = api.update(rt, body, ns, route.subresource, self._dry_run(request),
-                             field_manager, name=route.name)
+                             field_manager or agent, name=route.name)
             return _json(obj, 201 if created and not route.subresource else 200)
         if method == "PATCH":
             if not route.name:
@@ -547,7 +555,8 @@ class KubeSimServer:
                 raise errors.bad_request("the body of the request was empty")
             force = q.get("force") in ("true", "1")
             existed = api.store.get(rt.key, ns or "", route.name) is not None
-            obj = api.patch(rt, ns, route.name, body, ptype, route.subresource, field_manager,
+            obj = api.patch(rt, ns, route.name, body, ptype, route.subresource,
+                            field_manager if ptype == "apply" else field_manager or agent,
                             force, self._dry_run(request))
             return _json(obj, 201 if (ptype == "apply" and not existed) else 200)
         if method == "DELETE":

@@ -310,6 +310,8 @@ def _pod_spec_causes(spec: Any, path: str) -> list[dict[str, str]]:
             if not isinstance(c, dict):
                 continue
             base = f"{path}.{group}[{i}]"
+            if path == "spec" and not c.get("image"):  # a Pod's, not a template's
+                causes.append(_cause(f"{base}.image", "FieldValueRequired", "Required value"))
             name = c.get("name")
             if isinstance(name, str) and not _re_label.match(name):
                 causes.append(_cause(f"{base}.name", "FieldValueInvalid",
@@ -325,12 +327,33 @@ def _pod_spec_causes(spec: Any, path: str) -> list[dict[str, str]]:
     return causes
 
 
+_re_config_key = re.compile(r"^[-._a-zA-Z0-9]+$")
+_CONFIG_KEY_MSG = ("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+                   "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")
+
+
+def _config_key_causes(obj: dict, fields: tuple[str, ...]) -> list[dict[str, str]]:
+    """The keys of a ConfigMap's or Secret's data (IsConfigMapKey)."""
+    causes = []
+    for field in fields:
+        for key in obj.get(field) or {} if isinstance(obj.get(field), dict) else ():
+            if len(key) > 253 or not _re_config_key.match(key) or key in (".", ".."):
+                causes.append(_cause(f"{field}[{key}]", "FieldValueInvalid",
+                                     f"Invalid value: {_goval(key)}: {_CONFIG_KEY_MSG}"))
+    return causes
+
+
 def validate_builtin_semantics(obj: dict) -> None:
     """kube-apiserver's checks beyond the schema for pod specs (container names, env var names,
-    non-negative resources) and claims (a positive storage request); 422 naming the fields."""
+    non-negative resources, a Pod's images), claims (a positive storage request) and the data
+    keys of ConfigMaps and Secrets; 422 naming the fields."""
     kind = obj.get("kind") or ""
     causes: list[dict[str, str]] = []
-    if kind in _POD_SPEC_PATHS:
+    if kind == "ConfigMap" and obj.get("apiVersion") == "v1":
+        causes = _config_key_causes(obj, ("data", "binaryData"))
+    elif kind == "Secret" and obj.get("apiVersion") == "v1":
+        causes = _config_key_causes(obj, ("data",))
+    elif kind in _POD_SPEC_PATHS:
         spec: Any = obj
         for part in _POD_SPEC_PATHS[kind]:
             spec = spec.get(part) if isinstance(spec, dict) else None

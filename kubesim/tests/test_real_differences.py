@@ -204,3 +204,53 @@ def test_no_remaining_item_count_with_a_selector(http, ns):
     code, data = http.get(f"/api/v1/namespaces/{ns}/configmaps?limit=2")
     assert data["metadata"]["remainingItemCount"] == 1, data
 
+
+
+def test_apply_conflicts_with_an_update_manager(http, ns):
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
+    assert http.post(f"{path}?fieldManager=kubectl-edit", cm)[0] == 201
+    mine = {**cm, "data": {"k": "mine"}}
+    code, data = http.patch(f"{path}/a?fieldManager=devctl", mine, APPLY)
+    assert code == 409 and causes(data) == [("FieldManagerConflict", ".data.k")], data
+    assert 'conflict with "kubectl-edit"' in data["message"], data
+    code, data = http.patch(f"{path}/a?fieldManager=devctl&force=true", mine, APPLY)
+    assert code == 200 and data["data"] == {"k": "mine"}, data
+    # the same value is no conflict: shared ownership
+    code, data = http.patch(f"{path}/a?fieldManager=other", mine, APPLY)
+    assert code == 200, data
+
+
+@pytest.mark.parametrize("kind,path,field", [
+    ("ConfigMap", "configmaps", "data"), ("ConfigMap", "configmaps", "binaryData"), ("Secret", "secrets", "data")])
+def test_data_keys_are_config_keys(http, ns, kind, path, field):
+    code, data = http.post(f"/api/v1/namespaces/{ns}/{path}", {
+        "apiVersion": "v1", "kind": kind, "metadata": {"name": "bad-key"}, field: {"bad key": "dg=="}})
+    assert code == 422 and causes(data) == [("FieldValueInvalid", f"{field}[bad key]")], data
+    code, data = http.post(f"/api/v1/namespaces/{ns}/{path}", {
+        "apiVersion": "v1", "kind": kind, "metadata": {"name": "good-key"}, field: {"a-b_c.d": "dg=="}})
+    assert code == 201, data
+
+
+def test_a_pod_needs_an_image(http, ns):
+    code, data = http.post(f"/api/v1/namespaces/{ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "m"}]}})
+    assert code == 422 and causes(data) == [("FieldValueRequired", "spec.containers[0].image")], data
+
+
+def test_dry_run_takes_all_only(http, ns):
+    code, data = http.post(f"/api/v1/namespaces/{ns}/configmaps?dryRun=Bogus",
+                           {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})
+    assert code == 422 and causes(data) == [("FieldValueNotSupported", "dryRun")], data
+
+
+def test_deletion_with_finalizers_bumps_the_generation(http, ns, widgets):
+    path = f"{widgets}/namespaces/{ns}/widgets"
+    body = widget("held", ns)
+    body["metadata"]["finalizers"] = ["tests.kubesim.io/keep"]
+    code, w = http.post(path, body)
+    assert code == 201 and w["metadata"]["generation"] == 1, w
+    code, w = http.delete(f"{path}/held")
+    assert code == 200 and w["metadata"]["deletionTimestamp"] and w["metadata"]["generation"] == 2, w
+    code, w = http.delete(f"{path}/held")  # already being deleted: unchanged
+    assert w["metadata"]["generation"] == 2, w
