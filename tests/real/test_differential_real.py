@@ -84,6 +84,7 @@ def delete(path: str, body=None, *reads, **kw) -> Step:
 
 
 WAIT_SA = Step("WAIT", f"{CORE}/serviceaccounts/default")
+NODE = "cpu-0"  # a node of hack/sample-nodes.spec, on both servers
 # kube-root-ca.crt: the real controller manager publishes it in every namespace (the case
 # root-ca-configmap keeps that difference listed)
 NAMES = ("names", lambda d: [i["metadata"]["name"] for i in d.get("items") or []
@@ -352,7 +353,8 @@ CASES: list[Case] = [
         get(f"{CMS}?limit=2&labelSelector=g&continue=$cont", NAMES, "?metadata.continue"),
         get(f"{CMS}?limit=2&continue=garbage"))),
     Case("list-cluster-scoped-in-namespace", (get(f"{CORE}/nodes"),)),
-    Case("root-ca-configmap", (WAIT_SA, get(f"{CMS}/kube-root-ca.crt"))),
+    Case("root-ca-configmap", (Step("WAIT", f"{CMS}/kube-root-ca.crt", body={"optional": 5}),
+                               get(f"{CMS}/kube-root-ca.crt"))),
     # --- watch (kubesim/tests/test_watch.py) ---
     Case("watch-from-resource-version", (
         post(CMS, cm("a", labels={"w": "1"}), save=(("rv", "metadata.resourceVersion"),)),
@@ -551,8 +553,8 @@ CASES: list[Case] = [
              {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "home"},
               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
              "metadata.finalizers"),)),
-    Case("pod-graceful-deletion", (
-        WAIT_SA, post(f"{CORE}/pods", pod("p")),
+    Case("pod-graceful-deletion", (  # bound at create: an unbound pod goes at once on both
+        WAIT_SA, post(f"{CORE}/pods", pod("p", nodeName=NODE)),
         delete(f"{CORE}/pods/p", None, "kind", "?metadata.deletionTimestamp"))),
     Case("pod-default-tolerations", (WAIT_SA, post(f"{CORE}/pods", pod("p"), "spec.tolerations"))),
 ]
