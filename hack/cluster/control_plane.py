@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from hack.child import Child
 from hack.cluster.pki import CA, service_account_keys
 from kubesim.nodes import parse_nodes
 
@@ -196,6 +197,10 @@ class ControlPlane:
         self._start(state, "etcd", [f"--data-dir={self.dir / 'etcd'}",
                                     f"--listen-client-url=http://127.0.0.1:{ports['etcd']}",
                                     f"--listen-peer-url=http://127.0.0.1:{ports['etcd-peer']}"])
+        # kube-apiserver gives up on etcd after 20 s; a loaded machine can take that long to
+        # start etcd (its binary read cold), so it starts once etcd answers.
+        self._wait(lambda: Child.http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), deadline,
+                   "etcd /health", "etcd")
         self._start(state, "kube-apiserver", [
             f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
             "--bind-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
@@ -304,8 +309,11 @@ class ControlPlane:
                 return
             for name, alive in self.running().items():
                 if not alive:
+                    log_file = self.logs / (name + ".log")
+                    tail = log_file.read_text(errors="replace").strip().splitlines()[-3:] \
+                        if log_file.exists() else []
                     raise ClusterError(f"{name} exited while waiting for {what}: "
-                                       f"see {self.logs / (name + '.log')}")
+                                       f"see {log_file}" + "".join("\n  " + t for t in tail))
             if time.monotonic() > deadline:
                 raise ClusterError(f"timed out waiting for {what}: see {self.logs / (log + '.log')}")
             time.sleep(0.2)
@@ -341,20 +349,25 @@ class ControlPlane:
         crt, key = CA(self.pki).issue(users, safe, user, tuple(groups))
         return self._write_kubeconfig(users / f"{safe}.kubeconfig", self.server, crt, key, safe)
 
-    def service_account_kubeconfig(self, namespace: str, name: str,
-                                   seconds: int = 86400) -> pathlib.Path:
-        """A kubeconfig with a bound token of ServiceAccount namespace/name (TokenRequest)."""
+    def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
+        """A bound token of ServiceAccount namespace/name (TokenRequest)."""
         code, body = self.request(
             "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
              "spec": {"expirationSeconds": seconds}})
         if code != 201:
             raise ClusterError(f"TokenRequest for {namespace}/{name}: {code} {body}")
+        return body["status"]["token"]
+
+    def service_account_kubeconfig(self, namespace: str, name: str,
+                                   seconds: int = 86400) -> pathlib.Path:
+        """A kubeconfig with a bound token of ServiceAccount namespace/name (TokenRequest)."""
+        token = self.service_account_token(namespace, name, seconds)
         users = self.dir / "users"
         users.mkdir(exist_ok=True)
         path = users / f"sa-{namespace}-{name}.kubeconfig"
         cfg = _kubeconfig(self.server, self.pki / "ca.crt", f"{namespace}-{name}",
-                          {"token": body["status"]["token"]})
+                          {"token": token})
         path.write_text(yaml.safe_dump(cfg))
         path.chmod(0o600)
         return path
