@@ -587,6 +587,11 @@ class Controller:
 
         if run.requeue_after_error:
             raise ReconcileError(f"Unable to parse time input: {run.requeue_after_error}")
+        if run.tasks_after_requeue:
+            raise ReconcileError(
+                "task(s) ran after requeue_after: " + ", ".join(run.tasks_after_requeue)
+                + " (ansible-operator ends the reconcile at requeue_after and removes the run's "
+                "kubeconfig: make requeue_after the run's last task)")
         if run.requeue_after is not None:
             result.requeue_after = run.requeue_after
             result.from_role = True

@@ -148,6 +148,10 @@ class RunResult:
     failed_tasks: list[tuple[str, str]] = field(default_factory=list)  # (task, message)
     requeue_after: float | None = None  # from operator_sdk.util.requeue_after
     requeue_after_error: str | None = None
+    # Tasks that ran after the requeue_after task: ansible-operator returns from Reconcile at
+    # that event and removes the run's kubeconfig while the playbook goes on, so under it they
+    # run without one (their API calls fail, unseen).  The runtime makes it a failed reconcile.
+    tasks_after_requeue: list[str] = field(default_factory=list)
     stdout: str = ""
     finalizer_run: bool = False
     events_lost: bool = False  # the stats count a failure whose event was not received
@@ -209,6 +213,12 @@ def unread_events(job_events_dir: str, received: list[dict[str, Any]]) -> list[d
         if isinstance(ev, dict) and ev.get("event") and ev.get("uuid") not in seen:
             out.append(ev)
     return out
+
+
+# The events of a task that ran (not skipped) on the host.
+RAN_EVENTS = frozenset({"runner_on_ok", "runner_on_failed", "runner_on_unreachable",
+                        "runner_item_on_ok", "runner_item_on_failed", "runner_on_async_ok",
+                        "runner_on_async_failed"})
 
 
 def _requeue_after(ev: dict[str, Any]) -> Any:
@@ -407,6 +417,10 @@ class AnsibleRunner:
                 # stats are kept, for the log and the reconcile history)
                 result.stats_event = next((e for e in events
                                            if e.get("event") == EVENT_PLAYBOOK_ON_STATS), None)
+                later = events[events.index(ev) + 1:]
+                result.tasks_after_requeue = list(dict.fromkeys(
+                    (e.get("event_data") or {}).get("task") or "?" for e in later
+                    if e.get("event") in RAN_EVENTS))
                 return
             if ev.get("event") == EVENT_RUNNER_ON_FAILED and not event_ignore_error(ev) \
                     and not event_rescued(ev):

@@ -195,6 +195,28 @@ def test_digest_events(name, events, failures, requeue):
         assert r.stats_event is next((e for e in events if e.get("event") == "playbook_on_stats"), None)
 
 
+AFTER_REQUEUE = [
+    ("requeue last", [_ev("runner_on_ok", task="write"), _ev("runner_on_ok", task="again", task_action="requeue_after",
+                                                             res={"period": "5s"}), STATS], []),
+    ("skipped tasks after it are fine",
+     [_ev("runner_on_ok", task="again", task_action="requeue_after", res={"period": "5s"}),
+      _ev("runner_on_start", task="event"), _ev("runner_on_skipped", task="event"), STATS], []),
+    # ansible-operator removes the run's kubeconfig at the requeue_after event: these ran without one
+    ("tasks that ran after it, each named once",
+     [_ev("runner_on_ok", task="again", task_action="requeue_after", res={"period": "5s"}),
+      _ev("runner_on_ok", task="Write the status"), _ev("runner_item_on_ok", task="Emit an Event"),
+      _ev("runner_item_on_ok", task="Emit an Event"), _ev("runner_on_failed", task="Delete", res={}), STATS],
+     ["Write the status", "Emit an Event", "Delete"]),
+]
+
+
+@pytest.mark.parametrize("name,events,after", AFTER_REQUEUE, ids=[a[0] for a in AFTER_REQUEUE])
+def test_tasks_after_requeue_after_are_named(name, events, after):
+    r = RunResult(ident="1")
+    AnsibleRunner._digest(r, events)
+    assert r.requeue_after == 5.0 and r.tasks_after_requeue == after
+
+
 # --- status conditions ------------------------------------------------------------------
 
 def conds(status_map):
