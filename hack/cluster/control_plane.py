@@ -134,10 +134,7 @@ class ControlPlane:
         return str(self.dir).encode() in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
 
     def running(self) -> dict[str, bool]:
-        # A process this object started is alive until it exits (poll): its /proc cmdline is
-        # empty for a moment while it execs, which _ours would take for another process.
-        return {name: self._procs[pid].poll() is None if pid in self._procs else self._ours(pid)
-                for name, pid in self.state()["processes"].items()}
+        return {name: self._ours(pid) for name, pid in self.state()["processes"].items()}
 
     # -- start -----------------------------------------------------------------------
     def _start(self, state: dict, name: str, args: list[str]) -> subprocess.Popen:

@@ -281,8 +281,17 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
     if out["state"] in FINAL:
         ended = _condition(tj, "Succeeded" if out["state"] == "Completed" else "Failed") or {}
         reason = rec.get("reason") or ("JobComplete" if out["state"] == "Completed" else "Failed")
-        out.update(run=current is not None, reason=reason,
-                   message=ended.get("message") if ended.get("reason") == reason else "")
+        message = ended.get("message") if ended.get("reason") == reason else ""
+        # The library's result may land after the reconcile that saw the Job complete started
+        # (rank 0's last write and the Job's completion a moment apart): a run completed as
+        # JobComplete takes the documented reason the library names later, once.
+        result = st.get("result") if isinstance(st.get("result"), dict) else {}
+        if out["state"] == "Completed" and reason == "JobComplete" \
+                and result.get("reason") in TRAININGJOB_REASONS["Succeeded"] and result.get("reason") != "JobComplete":
+            reason = result["reason"]
+            if isinstance(result.get("message"), str) and result.get("message"):
+                message = result["message"][:MESSAGE_LIMIT]
+        out.update(run=current is not None, reason=reason, message=message)
         return out
 
     deadline = policy.get("activeDeadlineSeconds")

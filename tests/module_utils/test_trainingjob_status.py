@@ -93,6 +93,16 @@ CASES = [
         {"type": "Succeeded", "status": "True", "reason": "JobComplete", "message": "all 2 workers succeeded"}]}),
      _job(cond=("Complete", "")), [], {"state": "Completed", "reason": "JobComplete",
                                        "message": "all 2 workers succeeded"}),
+    # the library's result landed after the run that saw the Job complete: taken once, later
+    ("completed takes the library's later result", _tj({"state": "Completed", "result": {
+        "reason": "EarlyStopped", "message": "no gain"}, "conditions": [
+        {"type": "Succeeded", "status": "True", "reason": "JobComplete", "message": "all 2 workers succeeded"}]}),
+     _job(cond=("Complete", "")), [], {"state": "Completed", "reason": "EarlyStopped", "message": "no gain"}),
+    ("an undocumented later result is not taken", _tj({"state": "Completed", "result": {
+        "reason": "Hacked", "message": "x"}, "conditions": [
+        {"type": "Succeeded", "status": "True", "reason": "JobComplete", "message": "all 2 workers succeeded"}]}),
+     _job(cond=("Complete", "")), [], {"state": "Completed", "reason": "JobComplete",
+                                       "message": "all 2 workers succeeded"}),
     ("failed keeps its reason", _tj({"state": "Failed", "failureReason": "WorkerFailed", "conditions": [
         {"type": "Failed", "status": "True", "reason": "WorkerFailed", "message": "worker 1 exited 1"}]}),
      None, [], {"state": "Failed", "reason": "WorkerFailed", "message": "worker 1 exited 1"}),
