@@ -26,13 +26,21 @@ def real_tier(tmp_path_factory):
     def interrupted(*_):  # a SIGTERM (a CI or `timeout` kill) still stops what the tier started
         raise KeyboardInterrupt("SIGTERM")
 
+    # One tier per test process: each directory's conftest imports this fixture, which makes it a
+    # fixture of its own there, and two tiers would run two operators (the second waiting for the
+    # first's proxy port) and two control planes.
+    global _REAL_TIER
     previous = signal.signal(signal.SIGTERM, interrupted)
-    t = RealTier(tmp_path_factory.mktemp("real-tier"))
+    if _REAL_TIER is None:
+        _REAL_TIER = RealTier(tmp_path_factory.mktemp("real-tier"))
     try:
-        yield t
+        yield _REAL_TIER
     finally:
-        t.close()
+        _REAL_TIER.close()  # at the session's end; closing twice is harmless
         signal.signal(signal.SIGTERM, previous)
+
+
+_REAL_TIER = None
 
 
 @pytest.fixture(scope="module")

@@ -127,6 +127,15 @@ class RealSim:
     def call(self, fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
+    def service_account_files(self, namespace: str, service_account: str, directory) -> None:
+        """What the kubelet mounts for a projected ServiceAccount token (`token`, `ca.crt`):
+        a TokenRequest for that ServiceAccount and the cluster's CA, so code that runs in a
+        pod (the training library's status writes) is checked with the pod's own RBAC."""
+        directory = pathlib.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "token").write_text(self.cluster.service_account_token(namespace, service_account, 3600))
+        shutil.copyfile(self.cluster.pki / "ca.crt", directory / "ca.crt")
+
     # -- the request log ---------------------------------------------------------------------
     @staticmethod
     def _ours(e: dict) -> bool:
@@ -432,6 +441,32 @@ class RealRuntime:
     def reconciling(self, kind: str, namespace: str, name: str) -> bool:
         return not self.is_idle()
 
+    def requeues(self, namespace: str, name: str) -> list[tuple[float, float]]:
+        """(when, seconds) of each requeue_after ansible-operator set for the object: its log line
+        "Set the reconciliation to occur after <d>", which names the object but not its kind."""
+        from torchdev_runtime.gotime import parse_duration
+
+        out = []
+        prefix = "Set the reconciliation to occur after "
+        for line in self.operator.log_path.read_text(errors="replace").splitlines():
+            if prefix not in line:
+                continue
+            try:
+                e = json.loads(line)
+                if e.get("name") != name or (e.get("namespace") or "") != (namespace or ""):
+                    continue
+                at = dt.datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+                out.append((at.timestamp(), parse_duration(e["msg"][len(prefix):])))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def requeue_due_in(self, kind: str, namespace: str, name: str) -> float | None:
+        """Seconds until the object's last requeue_after comes due; None when none is ahead."""
+        last = self.requeues(namespace, name)[-1:]
+        left = sum(last[0]) - time.time() if last else None
+        return left if left is not None and left > 0 else None
+
 
 class RealTier:
     """One control plane (+ Kueue, + the operator) at a time, for the modules asking for its
@@ -462,7 +497,7 @@ class RealTier:
         from kubernetes.client import ApiException
 
         from hack.ansible_operator.run import BIN as OPERATOR_BIN
-        from hack.cluster.control_plane import BIN_DIR, ControlPlane, missing_binaries
+        from hack.cluster.control_plane import BIN_DIR, ClusterError, ControlPlane, missing_binaries
         from hack.kueue.run import BIN as KUEUE_BIN, Kueue
 
         missing = missing_binaries() + [b.name for b in (OPERATOR_BIN, KUEUE_BIN) if not b.is_file()]
@@ -474,7 +509,11 @@ class RealTier:
         work = pathlib.Path(tempfile.mkdtemp(prefix="real-", dir=self.root))
         cp = ControlPlane(work / "cluster", nodes_spec=nodes, audit=True)
         parts["cluster"] = cp
-        cp.up()
+        try:
+            cp.up()
+        except ClusterError as err:  # a component that died while starting on a loaded machine
+            print(f"the control plane did not start, starting it once more: {err}")
+            cp.up()
         kubeconfig = str(cp.kubeconfig)
         api = config.new_client_from_config(kubeconfig)
         storage = client.StorageV1Api(api)

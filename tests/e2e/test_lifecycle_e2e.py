@@ -216,5 +216,8 @@ def test_reserve_books_the_cheapest_flavor_and_waits_for_the_ssh_command(sim, ku
     assert "connect with: devctl ssh booking" in result.stderr
     assert obj["status"]["reservation"]["duration"] == "1h30m"
     # Each reconcile of the module had a cause; the deadlines were per-object requeues.
-    causes = runtime.counters("DevServer")["causes"]
-    assert causes.get("deadline", 0) >= 1 and "unknown" not in causes, causes
+    causes = runtime.counters("DevServer").get("causes")
+    if causes is None:  # the real ansible-operator keeps no causes: its log names each requeue set
+        assert runtime.requeues(ns, "booking"), "no requeue_after for the booking"
+    else:
+        assert causes.get("deadline", 0) >= 1 and "unknown" not in causes, causes

@@ -401,8 +401,11 @@ def test_a_job_deleted_while_it_runs_still_leaves_a_complete_record(sim, kube, r
     assert "endedAt" not in opened["spec"] and opened["spec"]["kind"] == "EphemeralAccelerationJob"
     assert opened["spec"]["user"] == "erin@example.com" and opened["spec"]["gpus"] == 1
 
-    # The escape: the running job deleted (its pod goes with it).
+    # The escape: the running job deleted (its pod goes with it).  No DevUser run is due
+    # meanwhile (one settling after onboarding would close the record as well).
     assert runtime.wait_idle(180)
+    sim.wait_for(lambda: (runtime.requeue_due_in("DevUser", "", "erin") or 1e9) > 300, 120, interval=0.2,
+                 message="no DevUser run due soon")
     deleted_at = now()
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs", "escape")
     sim.wait_for(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs")["items"],
