@@ -11,18 +11,20 @@ deletes the PVCs of removed ordinals once their pods are gone.
 podManagementPolicy OrderedReady (one at a time, in order, each waiting for its
 predecessors to be Running and Ready; scale down from the highest ordinal) or Parallel.
 updateStrategy RollingUpdate (highest ordinal first, one at a time, honouring
-partition) or OnDelete. Status follows apps/v1 and satisfies `kubectl rollout status`
+partition) or OnDelete. A pod create a ResourceQuota refuses (resourcequota.pod_quota_refusal)
+records the real Warning Event FailedCreate on the set and is retried. Status follows apps/v1 and satisfies `kubectl rollout status`
 and kubernetes.core's statefulset_ready.
 """
 from __future__ import annotations
 
 from typing import Any, Hashable
 
-from kubesim.controllers._util import (delete_pod, controller_ref, ignore_not_found,
-                                       namespace_terminating, owned_pods, pod_deleting,
+from kubesim.controllers._util import (delete_pod, controller_ref, fmt_time, ignore_not_found,
+                                       namespace_terminating, now, owned_pods, pod_deleting,
                                        pod_from_template, pod_ready, pod_terminal, template_hash,
                                        try_get, write_status)
 from kubesim.controllers.base import Controller, owner_key, register
+from kubesim.controllers.resourcequota import pod_quota_refusal
 from kubesim.errors import ApiError
 
 Obj = dict[str, Any]
@@ -64,6 +66,7 @@ class StatefulSetController(Controller):
         ns, name = key  # type: ignore[misc]
         sts = try_get(self.api, "statefulsets.apps", ns, name)
         if sts is None or sts["metadata"].get("deletionTimestamp"):
+            self._refusals.pop(key, None)
             return None
         spec = sts.get("spec") or {}
         replicas = spec.get("replicas", 1)
@@ -101,12 +104,23 @@ class StatefulSetController(Controller):
                     continue
                 try:
                     self._create_claims(sts, o)
-                    created = self.api.create("pods", self._new_pod(sts, o, update_rev),
-                                              namespace=ns)
+                    pod = self._new_pod(sts, o, update_rev)
+                    refusal = pod_quota_refusal(self.api, ns, pod)
+                    if refusal:
+                        raise ApiError(403, f'pods "{pod["metadata"]["name"]}" is forbidden: {refusal}',
+                                       "Forbidden")
+                    created = self.api.create("pods", pod, namespace=ns)
                     pods[o] = created
+                    self._refusals.pop(key, None)
                 except ApiError as exc:
                     if exc.code == 409:  # the old pod is still going away
                         requeue = 0.05
+                    elif exc.code == 403 and "exceeded quota: " in exc.message:
+                        # kube-controller-manager: a Warning Event on the set, then its rate-limited
+                        # retries (here 0.5 s doubling to 4 s: a raised quota is seen soon)
+                        self._failed_create(sts, f"{sts['metadata']['name']}-{o}", exc.message)
+                        tries = self._refusals[key] = self._refusals.get(key, 0) + 1
+                        requeue = min(0.5 * 2 ** (tries - 1), 4.0)
                     elif exc.code != 403:
                         requeue = 1.0
                     break
@@ -143,6 +157,37 @@ class StatefulSetController(Controller):
         if not self._update_status(sts, pods, wanted, update_rev, current_rev):
             return 0.05
         return requeue
+
+    def __init__(self, cluster):
+        super().__init__(cluster)
+        self._refusals: dict[Hashable, int] = {}  # key -> pod creates refused in a row
+
+    def _failed_create(self, sts: Obj, pod_name: str, error: str) -> None:
+        """The Event kube-controller-manager's StatefulSet controller records when a pod create
+        fails (stateful_pod_control.go recordPodEvent), aggregated as its event recorder does:
+        the same message again raises count and lastTimestamp."""
+        meta = sts["metadata"]
+        ns = meta["namespace"]
+        message = f"create Pod {pod_name} in StatefulSet {meta['name']} failed error: {error}"
+        name = f"{meta['name']}.{template_hash([meta['uid'], message])}"
+        ts = fmt_time(now(self.cluster))
+        try:
+            old = try_get(self.api, "events", ns, name)
+            if old is not None:
+                self.api.update("events", dict(old, count=int(old.get("count") or 1) + 1, lastTimestamp=ts),
+                                namespace=ns)
+                return
+            self.api.create("events", {
+                "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
+                "involvedObject": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": meta["name"],
+                                   "namespace": ns, "uid": meta["uid"],
+                                   "resourceVersion": meta.get("resourceVersion")},
+                "reason": "FailedCreate", "message": message, "type": "Warning",
+                "source": {"component": "statefulset-controller"},
+                "reportingComponent": "statefulset-controller",
+                "firstTimestamp": ts, "lastTimestamp": ts, "count": 1}, namespace=ns)
+        except ApiError:  # events are best effort
+            pass
 
     # -- pods and claims ------------------------------------------------------------
     def _new_pod(self, sts: Obj, ordinal: int, revision: str) -> Obj:

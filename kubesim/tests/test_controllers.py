@@ -1039,3 +1039,50 @@ async def test_resource_quota_status_follows_its_spec(api):
     api.patch("resourcequotas", "default", "q", {"spec": {"hard": {"pods": "5"}}})
     await wait_for(lambda: api.get("resourcequotas", "default", "q")["status"]["hard"]
                    == {"pods": "5", "requests.nvidia.com/gpu": "4"}, what="status.hard after a change")
+
+
+async def test_statefulset_pod_refused_by_a_resource_quota(api):
+    """kube-apiserver's quota admission for the StatefulSet controller's pod creates: a quota whose
+    use leaves no room refuses the pod with the real message, the controller records the real
+    FailedCreate Event on the set (count raised as it retries), and raising the quota lets the
+    next try create it.  Quotas with scopes and other resources are not enforced."""
+    gpu = {"nvidia.com/gpu": "1"}
+    api.create("resourcequotas", {"apiVersion": "v1", "kind": "ResourceQuota",
+                                  "metadata": {"name": "compute", "namespace": NS},
+                                  "spec": {"hard": {"requests.nvidia.com/gpu": "1", "requests.cpu": "8",
+                                                    "services": "0"}}})
+    api.create("resourcequotas", {"apiVersion": "v1", "kind": "ResourceQuota",
+                                  "metadata": {"name": "scoped", "namespace": NS},
+                                  "spec": {"hard": {"pods": "0"}, "scopes": ["BestEffort"]}})
+    api.create("pods", pod("holder", requests=gpu, limits=gpu, tolerations=[GPU_TOLERATION]))
+    sts = statefulset("q", 1, claims=False)
+    sts["spec"]["template"]["spec"]["containers"] = [container(requests={"cpu": "500m", **gpu}, limits=gpu)]
+    sts["spec"]["template"]["spec"]["tolerations"] = [GPU_TOLERATION]
+    api.create("statefulsets.apps", sts)
+    uid = api.get("statefulsets.apps", NS, "q")["metadata"]["uid"]
+
+    def failed_creates():
+        return api.list("events", NS, field_selector="involvedObject.kind=StatefulSet,involvedObject.name=q,"
+                                                     "reason=FailedCreate")["items"]
+    events = await wait_for(lambda: [e for e in failed_creates() if int(e.get("count") or 0) >= 2],
+                            what="the refusal recorded and retried")
+    assert len(events) == 1
+    event = events[0]
+    assert (event["type"], event["involvedObject"]["uid"], event["source"]["component"]) == (
+        "Warning", uid, "statefulset-controller")
+    assert event["message"] == (
+        'create Pod q-0 in StatefulSet q failed error: pods "q-0" is forbidden: exceeded quota: compute, '
+        "requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, limited: requests.nvidia.com/gpu=1")
+    assert gone(api, "pods", NS, "q-0")()
+
+    api.patch("resourcequotas", NS, "compute", {"spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
+    await wait_for(lambda: api.get("pods", NS, "q-0"), what="q-0 created once the quota allows it")
+    # A finished pod holds no quota: the holder's GPU is free again for a new pod.
+    api.patch("resourcequotas", NS, "compute", {"spec": {"hard": {"requests.nvidia.com/gpu": "1"}}})
+    api.delete("pods", NS, "holder")
+    await wait_for(gone(api, "pods", NS, "holder"), what="holder gone")
+    old_uid = api.get("pods", NS, "q-0")["metadata"]["uid"]
+    api.delete("pods", NS, "q-0")
+    await wait_for(lambda: not gone(api, "pods", NS, "q-0")()
+                   and api.get("pods", NS, "q-0")["metadata"]["uid"] != old_uid,
+                   what="q-0 re-created within the quota")
