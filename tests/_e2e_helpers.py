@@ -58,6 +58,17 @@ def wait_degraded(sim, kube, ns, name, reason, timeout=60) -> dict:
     return sim.wait_for(degraded, timeout, interval=0.1, message=f"{ns}/{name} Degraded/{reason}")
 
 
+def reconcile_again(sim, runtime, ns, name, times=2) -> None:
+    """``times`` more reconciles of the DevServer, each waited for, the runtime idle before and
+    after (a status that holds, an Event sent once)."""
+    assert runtime.wait_idle(120)
+    for _ in range(times):
+        before = runtime.counters("DevServer")["succeeded"]
+        runtime.enqueue("DevServer", ns, name)
+        sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60, message="another reconcile")
+    assert runtime.wait_idle(120)
+
+
 def warning_events(kube, ns, name, reason) -> list:
     events = kube["core"].list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     return [e for e in events if e.type == "Warning" and e.reason == reason]

@@ -103,7 +103,7 @@ DEVSERVER_REASONS = {
               "Cancelled", "ReconcileFailed"),
     "Progressing": ("Provisioning", "Queued", "RollingUpdate", "Reconciled", "SpecRejected"),
     "Degraded": ("AsExpected", "FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ClaimNotFound", "QuotaExceeded",
-                 "ReconcileError", "PodFailed", "ImageLacksSSH"),
+                 "ReconcileError", "PodFailed", "ImageLacksSSH", "PodCreateRefused"),
     "Expiring": ("NoDeadline", "ReservationExpiring", "IdleShutdownPending", "IdleTimeout"),
 }
 DEVUSER_REASONS = {

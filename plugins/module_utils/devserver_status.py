@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import datetime
 import math
+import re
 
 from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition, problem_status
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
@@ -161,8 +162,99 @@ def images_lacking_ssh(name, pods, desired_replicas):
     return _replica_problems(name, pods, desired_replicas, image_lacks_ssh)
 
 
+REASON_POD_CREATE_REFUSED = "PodCreateRefused"
+# Bound of a refusal in the status (an Event's message is anyone's text in the namespace: shown,
+# never evaluated).
+_REFUSAL_LIMIT = 512
+_FORBIDDEN_POD = re.compile(r'pods "([^"]{1,253})" is forbidden: ')
+# What refused the pod, from the admission plugin's words (kube-apiserver's messages).
+_REFUSERS = (("exceeded quota: ", "ResourceQuota"), ("must specify ", "ResourceQuota"),
+             ("violates PodSecurity", "PodSecurity"), ("per Container", "LimitRange"),
+             ("per Pod", "LimitRange"), ("per PersistentVolumeClaim", "LimitRange"))
+
+
+def _event_time(event):
+    for stamp in (((event.get("series") or {}) if isinstance(event.get("series"), dict) else {}).get("lastObservedTime"),
+                  event.get("lastTimestamp"), event.get("eventTime"), event.get("firstTimestamp"),
+                  (event.get("metadata") or {}).get("creationTimestamp") if isinstance(event.get("metadata"), dict) else None):
+        when = _rfc3339(stamp)
+        if when is not None:
+            return when
+    return None
+
+
+def _rfc3339(value):
+    """A kube timestamp (seconds, or MicroTime's microseconds), UTC; None for anything else."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
+        try:
+            return datetime.datetime.strptime(value, fmt).replace(tzinfo=datetime.timezone.utc)
+        except ValueError:
+            continue
+    return None
+
+
+def pod_create_refusals(name, sts, events, pods, desired_replicas):
+    """"replica 0 (pod x-0): refused by ResourceQuota: exceeded quota: compute, requested: ..." for
+    each wanted replica that has no pod because admission refused it: the StatefulSet controller
+    could not create the pod and said why in a Warning Event, reason FailedCreate, about the
+    StatefulSet (``sts``, this one: its uid when the Event names one), no older than the
+    StatefulSet, whose message holds ``pods "<name>-<i>" is forbidden: <why>``.  The newest
+    such Event of a replica counts (lastTimestamp, eventTime, series); a replica whose pod
+    exists (not being deleted) has none, so the refusal clears once a pod is created.  What
+    refused it is named when the message says (ResourceQuota, LimitRange, PodSecurity, else
+    "admission"); ``why`` is bounded to 512 printable characters.  Events are anyone's text in
+    the namespace: anything odd is skipped, never raises."""
+    if not isinstance(sts, dict) or not isinstance(name, str) or not isinstance(events, list):
+        return []
+    try:
+        wanted = int(desired_replicas or 0)
+    except (TypeError, ValueError, OverflowError):
+        return []
+    meta = sts.get("metadata") if isinstance(sts.get("metadata"), dict) else {}
+    born = _rfc3339(meta.get("creationTimestamp"))
+    existing = set()
+    for pod in pods if isinstance(pods, list) else []:
+        if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+            continue
+        if not pod["metadata"].get("deletionTimestamp"):
+            existing.add(pod["metadata"].get("name"))
+    newest = {}
+    for event in events:
+        if not isinstance(event, dict) or event.get("reason") != "FailedCreate" or event.get("type") != "Warning":
+            continue
+        involved = event.get("involvedObject") if isinstance(event.get("involvedObject"), dict) else {}
+        if involved.get("kind") != "StatefulSet" or involved.get("name") != meta.get("name", name):
+            continue
+        if involved.get("uid") and meta.get("uid") and involved.get("uid") != meta.get("uid"):
+            continue
+        when = _event_time(event)
+        if when is None or (born is not None and when < born):
+            continue
+        message = event.get("message")
+        found = _FORBIDDEN_POD.search(message) if isinstance(message, str) else None
+        if not found:
+            continue
+        pod_name = found.group(1)
+        index = _pod_index({"metadata": {"name": pod_name}}, name) if pod_name.startswith(name + "-") else None
+        if index is None or not 0 <= index < wanted or pod_name != "%s-%d" % (name, index) or pod_name in existing:
+            continue
+        if index not in newest or when >= newest[index][0]:
+            why = message[found.end():]
+            newest[index] = (when, pod_name, why)
+    result = []
+    for index in sorted(newest):
+        _, pod_name, why = newest[index]
+        refuser = next((who for words, who in _REFUSERS if words in why), "admission")
+        why = " ".join("".join(ch if ch.isprintable() else " " for ch in why[:4 * _REFUSAL_LIMIT]).split())
+        text = "replica %d (pod %s): refused by %s: %s" % (index, pod_name, refuser, why)
+        result.append(text if len(text) <= _REFUSAL_LIMIT else text[:_REFUSAL_LIMIT - 3] + "...")
+    return result
+
+
 # Degraded reasons found in the pods that are announced by ONE Warning Event when they appear.
-EVENT_DEGRADED_REASONS = (REASON_IMAGE_LACKS_SSH,)
+EVENT_DEGRADED_REASONS = (REASON_IMAGE_LACKS_SSH, REASON_POD_CREATE_REFUSED)
 
 
 def degraded_event(old_status, new_status):
@@ -244,7 +336,8 @@ def devserver_lifecycle(cr, sts, desired_replicas, now, activity=None, pods=None
 
 
 def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
-                     pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None, lifecycle=None):
+                     pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None, lifecycle=None,
+                     events=None):
     """The complete DevServer status for a successful reconcile (conditions included).
 
     ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
@@ -253,7 +346,9 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     StatefulSet stands in Kueue (``torchdev_queue_status``, None when it is not queued):
     while its Workload is not admitted the server is Queued, and status.queue says where;
     ``shared_claim``: the claim mounted at /shared (None/"" when none); ``lifecycle``: the
-    result of devserver_lifecycle (status.reservation, status.idle, the Expiring condition).
+    result of devserver_lifecycle (status.reservation, status.idle, the Expiring condition);
+    ``events``: the FailedCreate Events of the StatefulSet (Degraded PodCreateRefused while
+    admission refuses a replica's pod: pod_create_refusals).
     """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
@@ -313,8 +408,14 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         progressing = condition("Progressing", "False", "Reconciled",
                                 "the image cannot run the server (Degraded %s)" % REASON_IMAGE_LACKS_SSH, generation)
     failing = [] if suspended else failing_replicas(meta.get("name"), pods, desired_replicas)
+    refused = ([] if suspended or current in ("Queued", "Running")
+               else pod_create_refusals(meta.get("name"), sts, events, pods, desired_replicas))
     if lacking:
         degraded = condition("Degraded", "True", REASON_IMAGE_LACKS_SSH, "; ".join(lacking)[:1024], generation)
+    elif refused:
+        # Not permanent (a quota frees up, an admin raises it): Progressing stays True, the
+        # StatefulSet controller keeps trying and the pod is created when admission allows it.
+        degraded = condition("Degraded", "True", REASON_POD_CREATE_REFUSED, "; ".join(refused)[:1024], generation)
     elif failing:
         degraded = condition("Degraded", "True", "PodFailed", "; ".join(failing)[:1024], generation)
     else:

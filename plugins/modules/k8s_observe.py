@@ -41,6 +41,9 @@ options:
       - A named query with C(optional=true) may have an empty C(name), for an object that has
         no name yet (the usage record of a DevServer that never started). Then no request is
         made and its result is C(null).
+      - A list (C(label_selector) or C(all=true)) may also have a C(field_selector), e.g. the
+        FailedCreate Events of one StatefulSet
+        (C(involvedObject.kind=StatefulSet,involvedObject.name=x,reason=FailedCreate)).
       - A query with C(skip=true) makes no request either; its result is C(null) (for a list a
         role needs only now and then, such as the DevUser's UsageRecords).
     type: dict
@@ -183,8 +186,10 @@ def query_path(query, default_namespace):
     path += "/" + query["plural"]
     if query.get("name"):
         path += "/" + query["name"]
-    if query.get("label_selector"):
-        path += "?" + urlencode({"labelSelector": query["label_selector"]})
+    selectors = [(param, query[key]) for key, param in (("label_selector", "labelSelector"),
+                                                         ("field_selector", "fieldSelector")) if query.get(key)]
+    if selectors:
+        path += "?" + urlencode(selectors)
     return path
 
 
@@ -210,6 +215,8 @@ def validate_query(name, query):
         return None
     if sum(1 for k in ("name", "label_selector", "all") if query.get(k)) != 1:
         return "query %s needs exactly one of name and label_selector (or all: true)" % name
+    if query.get("field_selector") and query.get("name"):
+        return "query %s: field_selector is for a list (label_selector or all: true), not a name" % name
     return None
 
 

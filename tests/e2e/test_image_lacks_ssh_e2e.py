@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from _e2e_helpers import GROUP, VERSION, condition, devserver, get_ds, new_namespace, wait_degraded, wait_ready, \
-    warning_events
+from _e2e_helpers import GROUP, VERSION, condition, devserver, get_ds, new_namespace, reconcile_again, wait_degraded, \
+    wait_ready, warning_events
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -49,12 +49,7 @@ def test_image_without_sshd_is_failed_with_one_event_then_recovers(sim, kube, ru
     assert (condition(obj, "Progressing")["status"], condition(obj, "Ready")["status"]) == ("False", "False")
 
     # More reconciles of the crash-looping pod: the status holds, no second Event.
-    assert runtime.wait_idle(120)
-    for _ in range(2):
-        before = runtime.counters("DevServer")["succeeded"]
-        runtime.enqueue("DevServer", ns, NAME)
-        sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60, message="another reconcile")
-    assert runtime.wait_idle(120)
+    reconcile_again(sim, runtime, ns, NAME)
     assert condition(get_ds(kube, ns, NAME), "Degraded")["reason"] == "ImageLacksSSH"
     events = warning_events(kube, ns, NAME, "ImageLacksSSH")
     assert len(events) == 1 and events[0].message == SAID and (events[0].count or 1) == 1

@@ -330,3 +330,104 @@ def _degraded(reason, status="True", message="m"):
 ])
 def test_degraded_event(name, old, new, expected):
     assert devserver_status.degraded_event(old, new) == expected, name
+
+
+# --- a pod admission refused: Degraded PodCreateRefused (issue 26 item 5) ----------------------
+
+QUOTA_WHY = ("exceeded quota: compute, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, "
+             "limited: requests.nvidia.com/gpu=1")
+LIMIT_WHY = "maximum cpu usage per Container is 2, but limit is 4"
+PSA_WHY = 'violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+
+
+def _refused_sts(uid="sts-uid", created="2026-01-01T00:00:00Z", replicas=1):
+    sts = _sts(0, 0)
+    sts["metadata"].update(name="x", uid=uid, creationTimestamp=created)
+    sts["spec"] = {"replicas": replicas}
+    return sts
+
+
+def _failed_create(pod="x-0", why=QUOTA_WHY, when="2026-01-01T00:05:00Z", uid="sts-uid", **changes):
+    event = {"type": "Warning", "reason": "FailedCreate", "lastTimestamp": when,
+             "involvedObject": {"kind": "StatefulSet", "name": "x", "uid": uid, "namespace": "ns"},
+             "message": 'create Pod %s in StatefulSet x failed error: pods "%s" is forbidden: %s' % (pod, pod, why)}
+    event.update(changes)
+    return event
+
+
+@pytest.mark.parametrize("name,events,pods,replicas,expected", [
+    ("quota", [_failed_create()], [], 1, ["replica 0 (pod x-0): refused by ResourceQuota: " + QUOTA_WHY]),
+    ("limit range", [_failed_create(why=LIMIT_WHY)], [], 1, ["replica 0 (pod x-0): refused by LimitRange: " + LIMIT_WHY]),
+    ("pod security", [_failed_create(why=PSA_WHY)], [], 1, ["replica 0 (pod x-0): refused by PodSecurity: " + PSA_WHY]),
+    ("another webhook", [_failed_create(why='admission webhook "x" denied the request: no')], [], 1,
+     ['replica 0 (pod x-0): refused by admission: admission webhook "x" denied the request: no']),
+    ("the newest of a replica counts",
+     [_failed_create(why=PSA_WHY, when="2026-01-01T00:09:00Z"), _failed_create(when="2026-01-01T00:02:00Z")], [], 1,
+     ["replica 0 (pod x-0): refused by PodSecurity: " + PSA_WHY]),
+    ("eventTime (events.k8s.io) when no lastTimestamp",
+     [_failed_create(lastTimestamp=None, eventTime="2026-01-01T00:05:00.123456Z")], [], 1,
+     ["replica 0 (pod x-0): refused by ResourceQuota: " + QUOTA_WHY]),
+    ("each replica, in order", [_failed_create(pod="x-1"), _failed_create(pod="x-0")], [], 2,
+     ["replica 0 (pod x-0): refused by ResourceQuota: " + QUOTA_WHY,
+      "replica 1 (pod x-1): refused by ResourceQuota: " + QUOTA_WHY]),
+    ("the pod exists now: cleared", [_failed_create()], [_pod(0, ready=False)], 1, []),
+    ("a pod being deleted does not clear it", [_failed_create()], [_pod(0, deleting=True)], 1,
+     ["replica 0 (pod x-0): refused by ResourceQuota: " + QUOTA_WHY]),
+    ("older than the StatefulSet: stale", [_failed_create(when="2025-12-31T23:59:59Z")], [], 1, []),
+    ("another StatefulSet of that name (uid)", [_failed_create(uid="old-uid")], [], 1, []),
+    ("an ordinal not wanted (scaled down)", [_failed_create(pod="x-1")], [], 1, []),
+    ("another StatefulSet's pod", [_failed_create(pod="y-0")], [], 1, []),
+    ("leading zero is no ordinal", [_failed_create(pod="x-00")], [], 1, []),
+    ("not a Warning", [_failed_create(type="Normal")], [], 1, []),
+    ("another reason", [_failed_create(reason="SuccessfulCreate")], [], 1, []),
+    ("about a Job", [_failed_create(involvedObject={"kind": "Job", "name": "x"})], [], 1, []),
+    ("no time at all", [_failed_create(lastTimestamp=None)], [], 1, []),
+    ("an odd time", [_failed_create(when="yesterday")], [], 1, []),
+    ("no forbidden pod in the message", [_failed_create(message="create Pod x-0 failed: timeout")], [], 1, []),
+    ("a message that is not text", [_failed_create(message={"a": 1})], [], 1, []),
+    ("huge message: bounded", [_failed_create(why="exceeded quota: " + "q" * 100000)], [], 1,
+     [("replica 0 (pod x-0): refused by ResourceQuota: exceeded quota: " + "q" * 512)[:509] + "..."]),
+    ("control characters and Jinja shown flat", [_failed_create(why="{{ lookup('env', 'HOME') }}\n\x1b[31mno")], [], 1,
+     ["replica 0 (pod x-0): refused by admission: {{ lookup('env', 'HOME') }} [31mno"]),
+    ("hostile entries", [None, "x", 3, {"involvedObject": "x"}, {"reason": "FailedCreate", "type": "Warning"},
+                         _failed_create(involvedObject=None), _failed_create(series="x", metadata=5)], [None, {"metadata": 3}],
+     1, ["replica 0 (pod x-0): refused by ResourceQuota: " + QUOTA_WHY]),
+    ("no events", None, [], 1, []),
+    ("odd replicas", [_failed_create()], [], "many", []),
+])
+def test_pod_create_refusals(name, events, pods, replicas, expected):
+    got = devserver_status.pod_create_refusals("x", _refused_sts(), events, pods, replicas)
+    assert got == expected, name
+    assert all(len(line) <= 512 for line in got), name
+
+
+def test_pod_create_refusals_without_a_statefulset():
+    assert devserver_status.pod_create_refusals("x", None, [_failed_create()], [], 1) == []
+    assert devserver_status.pod_create_refusals(None, _refused_sts(), [_failed_create()], [], 1) == []
+
+
+@pytest.mark.parametrize("name,cr,events,pods,ready_n,degraded,phase", [
+    ("refused: Degraded, not an endless Starting", _cr(), [_failed_create()], [], 0,
+     ("True", "PodCreateRefused", "replica 0 (pod x-0): refused by ResourceQuota: " + QUOTA_WHY), "Provisioning"),
+    ("created since: cleared", _cr(), [_failed_create()], [_pod(0, ready=False)], 0,
+     ("False", "AsExpected", ""), "Provisioning"),
+    ("running: cleared", _cr(), [_failed_create()], [_pod(0)], 1, ("False", "AsExpected", ""), "Running"),
+    ("suspended: nothing to create", _cr(suspend=True), [_failed_create()], [], 0, ("False", "AsExpected", ""),
+     "Suspended"),
+])
+def test_devserver_status_pod_create_refused(name, cr, events, pods, ready_n, degraded, phase):
+    sts = _refused_sts()
+    sts["status"].update(readyReplicas=ready_n, replicas=len(pods), updatedReplicas=len(pods) or 1)
+    replicas = 0 if cr["spec"].get("suspend") else 1
+    status = devserver_status.devserver_status(cr, sts, replicas, "h", None, NOW, pods, "", events=events)
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == phase, name
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"], conds["Degraded"]["message"]) == degraded, name
+    if degraded[0] == "True":
+        assert (conds["Ready"]["status"], conds["Progressing"]["status"]) == ("False", "True"), name
+        # One Warning Event when it is news, none while it holds.
+        event = devserver_status.degraded_event({}, status)
+        assert event == {"reason": "PodCreateRefused", "message": degraded[2]}, name
+        assert devserver_status.degraded_event(status, status) is None, name
+        # Still looked at again while it waits for admission (the quota may be raised).
+        assert devserver_status.requeue_period(status, now=NOW), name

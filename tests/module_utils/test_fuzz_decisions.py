@@ -271,6 +271,10 @@ PARAMS = {
     "namespace_": {"metadata": {"name": "dev-jane", "labels": {"torchdev.io/user": "ada"}}},
     "builtin": {"PATH": "/usr/bin", "TORCHDEV_NAME": "s"}, "defaults": {"quota": {"gpus": 0, "storage": "100Gi"}},
     "default_request": {"cpu": "100m", "memory": "256Mi"}, "cond": CONDITIONS[0], "live": STS, "seconds_": 5400,
+    # The StatefulSet controller's FailedCreate Event (anyone in the namespace can write Events).
+    "events": [{"type": "Warning", "reason": "FailedCreate", "lastTimestamp": NOW,
+                "involvedObject": {"kind": "StatefulSet", "name": "s", "uid": "u-1"},
+                "message": 'create Pod s-0 in StatefulSet s failed error: pods "s-0" is forbidden: exceeded quota: q'}],
 }
 # Where a parameter name means something else in one module.
 OVERRIDES = {("kueue", "owner"): STS, ("startup", "value"): DEVSERVER["status"]["startup"],
@@ -287,7 +291,7 @@ USER_PARAMS = {"cr", "devserver", "eaj", "tj", "spec", "spec_", "raw_spec", "act
                "tolerations", "quota", "flavors", "namespace_", "summary", "entry", "obj", "reservation", "email",
                "owner", "started_at", "oldest_ended_at", "since", "user", "start", "end", "model", "path",
                "discovery", "queue", "runner", "quotas", "status", "previous", "register", "value", "restarts",
-               "cond", "existing", "live", "seconds_", "live_status"}
+               "cond", "existing", "live", "seconds_", "live_status", "events"}
 
 
 def strategy(mod: str, fn, param: inspect.Parameter):
@@ -326,7 +330,7 @@ FUZZED = {
                   "problem_requeue"],
     "devserver_status": ["phase", "pod_failure", "replica_statuses", "failing_replicas", "devserver_lifecycle",
                          "devserver_status", "rejected_spec_status", "requeue_period", "image_lacks_ssh",
-                         "images_lacking_ssh", "degraded_event"],
+                         "images_lacking_ssh", "degraded_event", "pod_create_refusals"],
     "devuser": ["spec", "problem", "kueue_served", "resource_groups", "namespace_compute", "quota_hard", "limits",
                 "redact", "prune", "replace", "detach", "suspend", "namespace_claim"],
     "devuser_status": ["devuser_status", "quota_pending"],

@@ -17,6 +17,12 @@ observe = importlib.import_module("ansible_collections.torchdev.operator.plugins
      "/apis/torchdev.io/v1alpha1/devserverflavors/f"),
     ({"api_version": "v1", "plural": "persistentvolumeclaims", "label_selector": "a=b,c in (d)"}, "dev",
      "/api/v1/namespaces/dev/persistentvolumeclaims?labelSelector=a%3Db%2Cc+in+%28d%29"),
+    ({"api_version": "v1", "plural": "events", "all": True,
+      "field_selector": "involvedObject.kind=StatefulSet,involvedObject.name=x,reason=FailedCreate"}, "dev",
+     "/api/v1/namespaces/dev/events?fieldSelector=involvedObject.kind%3DStatefulSet%2CinvolvedObject.name%3Dx"
+     "%2Creason%3DFailedCreate"),
+    ({"api_version": "v1", "plural": "pods", "label_selector": "a=b", "field_selector": "spec.nodeName=n"}, "dev",
+     "/api/v1/namespaces/dev/pods?labelSelector=a%3Db&fieldSelector=spec.nodeName%3Dn"),
 ])
 def test_query_path(query, ns, path):
     assert observe.query_path(query, ns) == path
@@ -40,6 +46,9 @@ def test_query_path_needs_a_namespace():
     ({"api_version": "v1", "plural": "services", "all": True, "skip": True}, None),
     ({"api_version": "v1", "plural": "services", "all": True, "skip": "False"}, None),
     ({"plural": "services", "all": True, "skip": True}, "needs api_version"),
+    ({"api_version": "v1", "plural": "events", "all": True, "field_selector": "reason=FailedCreate"}, None),
+    ({"api_version": "v1", "plural": "events", "name": "x", "field_selector": "reason=FailedCreate"},
+     "field_selector is for a list"),
 ])
 def test_validate_query(query, error):
     got = observe.validate_query("q", query)
