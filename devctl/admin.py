@@ -210,7 +210,23 @@ def next_steps(obj: dict) -> list[str]:
 
 # -- commands -----------------------------------------------------------------------------
 
-@click.group("admin")
+class AdminGroup(click.Group):
+    """A refusal (403) of any ``devctl admin`` command says what to do: these commands write or
+    list DevUsers (cluster-scoped), which the users' ClusterRole does not grant."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            command = " ".join(filter(None, ["devctl admin", ctx.invoked_subcommand]))
+            raise ApiError(f"{exc.format_message()}; '{command}' needs a cluster admin's credentials "
+                           "(DevUsers are cluster-scoped): ask a cluster admin to run it",
+                           status=exc.status, reason=exc.reason) from None
+
+
+@click.group("admin", cls=AdminGroup)
 def admin() -> None:
     """Onboard and offboard users (DevUser objects; cluster admins)."""
 

@@ -376,3 +376,21 @@ def test_users_lists_devusers(admin, users):
     assert header.split() == ["NAME", "EMAIL", "NAMESPACE", "GPUS", "QUEUE", "PHASE", "AGE"]
     row = next(r for r in rows if r.startswith(name + " "))
     assert f"dev-{name}" in row and "8 (gpu-h100-8=16)" in row and "Active" in row
+
+
+@pytest.mark.parametrize("args", [("onboard", "bob", "--email", "bob@example.com"), ("users",),
+                                  ("offboard", "bob", "--yes")], ids=["onboard", "users", "offboard"])
+def test_a_user_without_devuser_rights_is_told_to_ask_a_cluster_admin(sim, users, tmp_path, args):
+    """A plain user (config/rbac devserver-user: no DevUser reads or writes) running devctl
+    admin: one line that names the refusal and what to do (tests/real/test_rbac_matrix_real.py
+    runs it with a user's certificate against kube-apiserver)."""
+    from devuser_helpers import GET_DEVUSER, LIST_DEVUSERS, ApiProxy
+
+    user_info = {"username": "jane@example.com", "groups": ["system:authenticated"]}
+    with ApiProxy(sim.url, user_info, {LIST_DEVUSERS, GET_DEVUSER}) as proxy:
+        result = invoke(["--kubeconfig", str(proxy.kubeconfig(sim, tmp_path / "kc")), "admin", *args])
+    assert result.exit_code == 1 and proxy.forbidden_hits == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: forbidden: ") and line.endswith(
+        f"; 'devctl admin {args[0]}' needs a cluster admin's credentials (DevUsers are cluster-scoped): "
+        "ask a cluster admin to run it"), line
