@@ -528,6 +528,7 @@ class RealTier:
         subprocess.run([str(ROOT / ".venv" / "bin" / "kubectl"), "--kubeconfig", kubeconfig, "wait",
                         "--for=condition=Established", "--timeout=120s", "crd", "--all"],
                        check=True, capture_output=True, text=True)
+        cp.wait_quota_counts(f"count/devservers.{GROUP}")  # a DevUser's quota counts DevServers
         custom = client.CustomObjectsApi(api)
         for f in sorted((ROOT / "config" / "samples").glob("*devserverflavor*.yaml")):
             try:

@@ -134,7 +134,10 @@ class ControlPlane:
         return str(self.dir).encode() in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
 
     def running(self) -> dict[str, bool]:
-        return {name: self._ours(pid) for name, pid in self.state()["processes"].items()}
+        # A process this object started is alive until it exits (poll): its /proc cmdline is
+        # empty for a moment while it execs, which _ours would take for another process.
+        return {name: self._procs[pid].poll() is None if pid in self._procs else self._ours(pid)
+                for name, pid in self.state()["processes"].items()}
 
     # -- start -----------------------------------------------------------------------
     def _start(self, state: dict, name: str, args: list[str]) -> subprocess.Popen:
@@ -348,6 +351,32 @@ class ControlPlane:
         users.mkdir(exist_ok=True)
         crt, key = CA(self.pki).issue(users, safe, user, tuple(groups))
         return self._write_kubeconfig(users / f"{safe}.kubeconfig", self.server, crt, key, safe)
+
+    def wait_quota_counts(self, resource: str, timeout: float = 150) -> None:
+        """Wait until kube-controller-manager's quota controller counts `resource` (e.g.
+        count/devservers.torchdev.io): it finds a CRD's resources by discovery every 30 s, and
+        until then a quota on it refuses every such object ("status unknown for quota"). In a
+        cluster the CRDs are installed long before anyone is onboarded; a fresh control plane
+        waits for it. A probe quota in `default`, created again until its first status counts
+        the resource (a quota is computed when created)."""
+        path = "/api/v1/namespaces/default/resourcequotas"
+        deadline = time.monotonic() + timeout
+        while True:
+            self.request("DELETE", f"{path}/probe")
+            code, body = self.request("POST", path, {"apiVersion": "v1", "kind": "ResourceQuota",
+                                                     "metadata": {"name": "probe"},
+                                                     "spec": {"hard": {resource: "1"}}})
+            if code != 201:
+                raise ClusterError(f"probe quota: {code} {body}")
+            status = None
+            while status is None and time.monotonic() < deadline:
+                status = self.request("GET", f"{path}/probe")[1].get("status")
+                time.sleep(0.5)
+            if resource in (status or {}).get("used", {}):
+                self.request("DELETE", f"{path}/probe")
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the quota controller did not count {resource} in {timeout}s")
 
     def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
         """A bound token of ServiceAccount namespace/name (TokenRequest)."""
