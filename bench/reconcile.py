@@ -2,6 +2,7 @@
 
     python -m bench.reconcile [--runs 5] [--burst 50] [--skip-burst]
     python -m bench.reconcile --production [--repeat 2] [--burst 50]
+    PYTHONPATH=tests python -m bench.reconcile --real [--burst 50]     (make bench-real)
 
 1. Steady-state reconcile of an unchanged, Ready DevServer through the same
    ansible-runner path the operator uses, against the floor: a role with a single
@@ -282,6 +283,45 @@ def bench_production(n: int, concurrency: int | None, repeat: int) -> float:
     return statistics.median(ratios)
 
 
+def bench_real(n: int) -> float:
+    """The burst on the real production path (issue 26.7): the real control plane (hack/cluster)
+    and the real ansible-operator v1.39 binary with the image's Python (hack/ansible_operator),
+    its default max concurrent reconciles (the CPU count), against the floor of (3) over the same
+    DevServers and the same API server, then the local runtime's production burst for comparison.
+    The seconds only: ansible-operator's CPU is not this process's to count while it runs."""
+    try:
+        from _real_tier import RealTier  # the e2e suite's real tier: PYTHONPATH=tests
+    except ImportError:
+        raise SystemExit("--real uses the e2e suite's real tier: run it as `make bench-real` "
+                         "(PYTHONPATH=tests, the binaries built)") from None
+    from kubernetes import client, config
+
+    ns = "bench-burst"
+    tier = RealTier(pathlib.Path(tempfile.mkdtemp(prefix="bench-real-")))
+    try:
+        cluster = tier.get(NODES, False)["cluster"]
+        tier.runtime({}, (ROOT / "watches.yaml").read_text())
+        api = config.new_client_from_config(str(cluster.kubeconfig))
+        custom = client.CustomObjectsApi(api)
+        client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        t0 = time.perf_counter()
+        for i in range(n):
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", _devserver(f"burst-{i:02d}"))
+        _wait_all_ready(custom, ns, n, 1800)
+        elapsed = time.perf_counter() - t0
+        workers = os.cpu_count() or 1
+        print(f"real ansible-operator: {n} DevServers created at once, all Ready after {elapsed:.1f} s "
+              f"(max concurrent reconciles {workers}, kube-apiserver 1.34 + kwok)", flush=True)
+        objects = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "devservers")["items"]
+        floor, _ = _floor_runs(str(cluster.kubeconfig), objects, 2, workers)
+        print(f"floor: {2 * len(objects)} runs of the one-task role, fresh processes, {workers} at a time, "
+              f"same API server: {floor:.1f} s", flush=True)
+        print(f"ratio burst/floor (real ansible-operator): {elapsed / floor:.2f} (target <= 1.5)", flush=True)
+    finally:
+        tier.close()
+    return elapsed / floor
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -292,10 +332,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="the burst with a fresh process per run against its floor (3), then the "
                          "burst with the fork servers; nothing else")
     ap.add_argument("--repeat", type=int, default=2, help="--production: burst/floor pairs")
+    ap.add_argument("--real", action="store_true",
+                    help="--production with the real ansible-operator on the real control plane, then "
+                         "the local runtime's production burst (make bench-real)")
     ap.add_argument("--concurrency", type=int, default=None,
                     help="max concurrent reconciles (default: the runtime's, the CPU count)")
     args = ap.parse_args(argv)
     os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+    if args.real:
+        bench_real(args.burst)
+        bench_production(args.burst, args.concurrency, 1)
+        return 0
     if args.production:
         bench_production(args.burst, args.concurrency, args.repeat)
         bench_burst(args.burst, args.concurrency, forkserver=True)
