@@ -193,11 +193,12 @@ test: $(IMAGE_STAMP)
 # The end-to-end modules on the real tier (issue 26.4; tests/_real_tier.py): the same tests as on
 # kubesim, against the real control plane, Kueue and ansible-operator (its own ServiceAccount and
 # config/rbac). One file at a time: v1.39.0's proxy port is fixed, so one operator runs at a time.
-REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_onboarding_e2e.py tests/e2e/test_usage_e2e.py \
-	tests/e2e/test_eaj_e2e.py
+BURST ?= 50
+REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_distributed_e2e.py tests/e2e/test_onboarding_e2e.py \
+	tests/e2e/test_usage_e2e.py tests/e2e/test_eaj_e2e.py tests/e2e/test_lifecycle_e2e.py \
+	tests/e2e/test_trainingjob_e2e.py tests/devuser/test_devuser_e2e.py tests/e2e/test_pod_refused_e2e.py
 # Open on the real tier (issue 26.4; docs/architecture.md "Two test tiers"): deselected there, by name.
-REAL_E2E_OPEN ?= tests/e2e/test_onboarding_e2e.py::test_onboard_queue_and_start_when_quota_frees \
-	tests/e2e/test_usage_e2e.py::test_a_job_deleted_while_it_runs_still_leaves_a_complete_record \
+REAL_E2E_OPEN ?= tests/e2e/test_usage_e2e.py::test_a_job_deleted_while_it_runs_still_leaves_a_complete_record \
 	tests/e2e/test_usage_e2e.py::test_records_are_pruned_when_their_retention_ends \
 	tests/e2e/test_eaj_e2e.py::test_success_then_the_pod_and_the_volume_go_at_their_ttls
 .PHONY: test-real
@@ -244,6 +245,9 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python -m bench.exporter
 	$(BIN)/python -m bench.lifecycle
 	$(BIN)/python -m bench.queue_eta
+
+bench-real: setup cluster-build operator-build $(IMAGE_STAMP) ## The DevServer burst on the real ansible-operator and control plane against its floor, then the local runtime's (bench/reconcile.py --real)
+	PYTHONPATH=tests $(BIN)/python -m bench.reconcile --real --burst $(BURST)
 
 bundle: setup ## Write the OLM bundle (bundle/, bundle.Dockerfile) for VERSION and IMG from config/manifests
 	$(BIN)/python -m hack.bundle --version "$(VERSION)" --image "$(IMG)" --channels "$(CHANNELS)" \
