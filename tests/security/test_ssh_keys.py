@@ -115,6 +115,9 @@ KEY_FREE = {
         "observe.yml: Decide whether to read the usage records": "the CR's status.usageRecords.oldestEndedAt only",
         "usage.yml: Decide which usage records have passed their retention":
             "the UsageRecords (no keys in them) and the CR's status.usageRecords.oldestEndedAt",
+        # no_log would censor the result's period, which ansible-operator reads (and panics without)
+        "status.yml: Look again soon after a write or until the quota is counted, else at the next retention end":
+            "the length of devuser_to_apply only; a period",
     },
     "devserver": {
         "rejected.yml: Record the problem with the spec or its flavor": COMMON,
