@@ -455,8 +455,7 @@ class RealRuntime:
                 e = json.loads(line)
                 if e.get("name") != name or (e.get("namespace") or "") != (namespace or ""):
                     continue
-                at = dt.datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
-                out.append((at.timestamp(), parse_duration(e["msg"][len(prefix):])))
+                out.append((_epoch(e["ts"]), parse_duration(e["msg"][len(prefix):])))
             except (ValueError, KeyError, TypeError):
                 continue
         return out

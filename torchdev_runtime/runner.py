@@ -403,7 +403,7 @@ class AnsibleRunner:
     @staticmethod
     def _digest(result: RunResult, events: list[dict[str, Any]]) -> None:
         """The event loop of reconcile.go (stats event, requeue_after, failure messages)."""
-        for ev in events:
+        for i, ev in enumerate(events):
             if ev.get("event") == EVENT_PLAYBOOK_ON_STATS:
                 result.stats_event = ev
             period = _requeue_after(ev)
@@ -417,9 +417,8 @@ class AnsibleRunner:
                 # stats are kept, for the log and the reconcile history)
                 result.stats_event = next((e for e in events
                                            if e.get("event") == EVENT_PLAYBOOK_ON_STATS), None)
-                later = events[events.index(ev) + 1:]
                 result.tasks_after_requeue = list(dict.fromkeys(
-                    (e.get("event_data") or {}).get("task") or "?" for e in later
+                    (e.get("event_data") or {}).get("task") or "?" for e in events[i + 1:]
                     if e.get("event") in RAN_EVENTS))
                 return
             if ev.get("event") == EVENT_RUNNER_ON_FAILED and not event_ignore_error(ev) \
