@@ -325,6 +325,34 @@ class ApiServer:
             newest = max(marked, key=lambda sc: (sc["metadata"].get("creationTimestamp", ""), sc["metadata"]["name"]))
             spec["storageClassName"] = newest["metadata"]["name"]
 
+    def _admit_claim_resize(self, old: Obj, new: Obj) -> None:
+        """kube-apiserver's PersistentVolumeClaimResize admission (on by default): a bound
+        claim's storage request may only grow when it names a class (the same before and
+        after) whose allowVolumeExpansion is true; else 403 with the plugin's words."""
+        from kubesim.quantity import parse_quantity
+
+        def request(claim: Obj) -> Any:
+            return (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+
+        def class_of(claim: Obj) -> str:
+            beta = (claim["metadata"].get("annotations") or {}).get("volume.beta.kubernetes.io/storage-class")
+            return beta if beta is not None else (claim.get("spec") or {}).get("storageClassName") or ""
+
+        try:
+            grows = parse_quantity(str(request(new) or "0")) > parse_quantity(str(request(old) or "0"))
+        except ValueError:
+            return
+        if not grows:
+            return
+        name = old["metadata"]["name"]
+        # (An unbound claim's request never gets here: validation refused it, 422.)
+        sc_name = class_of(new)
+        sc = self.store.get("storageclasses.storage.k8s.io", "", sc_name) if sc_name == class_of(old) else None
+        if not sc_name or not (sc or {}).get("allowVolumeExpansion"):
+            raise errors.ApiError(403, f'persistentvolumeclaims "{name}" is forbidden: only dynamically '
+                                  'provisioned pvc can be resized and the storageclass that provisions the pvc '
+                                  'must support resize', "Forbidden", {"name": name, "kind": "persistentvolumeclaims"})
+
     def _allocate_service(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
         if spec.get("type", "ClusterIP") != "ExternalName" and not spec.get("clusterIP"):
@@ -469,6 +497,8 @@ class ApiServer:
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         new = self._admit(rt, new, old, subresource)
+        if rt.key == "persistentvolumeclaims" and subresource is None and self.validate:
+            self._admit_claim_resize(old, new)
         if field_manager and operation == "Update":
             new = self._track_update(rt, old, new, field_manager,
                                      subresource if subresource == "status" else None)

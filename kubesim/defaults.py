@@ -219,9 +219,16 @@ def check_immutable(kind: str, old: Obj, new: Obj) -> None:
         if len(n.get("schedulingGates") or []) > len(o.get("schedulingGates") or []):
             raise _forbid(kind, name, "spec.schedulingGates", "only deletion is allowed")
     elif kind == "PersistentVolumeClaim":
+        # ValidatePersistentVolumeClaimUpdate: only a bound claim's storage request may change
+        # (an unbound one's is immutable as the rest); the volume name may be set once.
+        bound = (old.get("status") or {}).get("phase") == "Bound"
+
         def strip(spec: Obj) -> Obj:
             s = dict(spec)
-            s.pop("resources", None)
+            if bound:
+                requests = dict((s.get("resources") or {}).get("requests") or {})
+                requests.pop("storage", None)
+                s["resources"] = dict(s.get("resources") or {}, requests=requests)
             if not o.get("volumeName"):
                 s.pop("volumeName", None)
             return s

@@ -10,7 +10,8 @@ when the class appears. volumeBindingMode WaitForFirstConsumer: provisioned once
 using the claim is scheduled (the PV gets that node's hostname affinity). Pre-created
 PVs (static provisioning) are bound when they fit. When a claim goes away its PV is
 deleted (reclaim policy Delete) or Released (Retain). Expansion: a bound claim whose
-request grows gets the new capacity when the class has allowVolumeExpansion.
+request grows gets the new capacity (the API server lets a request grow only when the class
+has allowVolumeExpansion: ApiServer._admit_claim_resize).
 """
 from __future__ import annotations
 

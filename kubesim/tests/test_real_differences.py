@@ -254,3 +254,42 @@ def test_deletion_with_finalizers_bumps_the_generation(http, ns, widgets):
     assert code == 200 and w["metadata"]["deletionTimestamp"] and w["metadata"]["generation"] == 2, w
     code, w = http.delete(f"{path}/held")  # already being deleted: unchanged
     assert w["metadata"]["generation"] == 2, w
+
+
+def test_a_claim_grows_only_when_bound_and_its_class_allows_expansion(http, ns, kubesim_module):
+    """kube-apiserver's PersistentVolumeClaimResize admission: 403 with the plugin's words for a
+    bound claim whose class lacks allowVolumeExpansion; validation: 422 for an unbound claim's
+    request; a class that allows it (patched later, as an admin does) lets the same patch through."""
+    sc = f"fixed-{ns}"
+    code, data = http.post("/apis/storage.k8s.io/v1/storageclasses", {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": sc},
+        "provisioner": "ebs.csi.aws.com", "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"})
+    assert code == 201, data
+    claims = f"/api/v1/namespaces/{ns}/persistentvolumeclaims"
+    for name, cls in (("c", sc), ("pending", "")):
+        code, data = http.post(claims, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+                                        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": cls,
+                                                 "resources": {"requests": {"storage": "1Gi"}}}})
+        assert code == 201, data
+    kubesim_module.wait_for(lambda: (http.get(f"{claims}/c")[1].get("status") or {}).get("phase") == "Bound",
+                            30, message="claim c bound")
+    grow = {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}
+
+    code, data = http.patch(f"{claims}/c", grow, MERGE)
+    assert_status(data, 403, "Forbidden", 'persistentvolumeclaims "c" is forbidden: only dynamically provisioned pvc '
+                  "can be resized and the storageclass that provisions the pvc must support resize")
+    assert data["message"] == ('persistentvolumeclaims "c" is forbidden: only dynamically provisioned pvc can be '
+                               "resized and the storageclass that provisions the pvc must support resize")
+    assert http.get(f"{claims}/c")[1]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    # the same request, unchanged, and a label change pass
+    code, data = http.patch(f"{claims}/c", {"metadata": {"labels": {"a": "b"}}}, MERGE)
+    assert code == 200, data
+    code, data = http.patch(f"{claims}/pending", grow, MERGE)
+    assert code == 422 and causes(data) == [("FieldValueForbidden", "spec")], data
+    assert "spec is immutable after creation except resources.requests" in data["message"]
+
+    code, data = http.patch(f"/apis/storage.k8s.io/v1/storageclasses/{sc}", {"allowVolumeExpansion": True}, MERGE)
+    assert code == 200, data
+    code, data = http.patch(f"{claims}/c", grow, MERGE)
+    assert code == 200 and data["spec"]["resources"]["requests"]["storage"] == "2Gi", data
+    assert http.delete(f"/apis/storage.k8s.io/v1/storageclasses/{sc}")[0] == 200
