@@ -232,3 +232,42 @@ def write_status(api: Any, resource: str, obj: Obj, status: Obj) -> Obj | None:
 
 def names(objs: Iterable[Obj]) -> list[str]:
     return [o["metadata"]["name"] for o in objs]
+
+
+# kube-controller-manager's event recorder (client-go tools/record EventCorrelator): up to this
+# many Events of one object with the same source, type and reason but different messages, then
+# one "(combined from similar events): ..." Event whose count rises.
+_SIMILAR_EVENTS = 10
+
+
+def record_warning(api: Any, cluster: Any, obj: Obj, api_version: str, component: str, reason: str,
+                   message: str) -> None:
+    """A Warning Event about ``obj`` as a controller's event recorder writes it: the same message
+    again raises count and lastTimestamp; past _SIMILAR_EVENTS different messages (a Job's pods
+    have random names), one aggregate Event carries the newest message.  Best effort."""
+    meta = obj["metadata"]
+    ns = meta["namespace"]
+    try:
+        similar = [e for e in api.list("events", ns, field_selector=f"involvedObject.name={meta['name']},"
+                                                                    f"reason={reason}")["items"]
+                   if (e.get("involvedObject") or {}).get("uid") == meta["uid"]
+                   and (e.get("source") or {}).get("component") == component]
+        name = f"{meta['name']}.{template_hash([meta['uid'], message])}"
+        if not any(e["metadata"]["name"] == name for e in similar) and len(similar) >= _SIMILAR_EVENTS:
+            name = f"{meta['name']}.{template_hash([meta['uid'], component, reason])}"
+            message = f"(combined from similar events): {message}"
+        ts = fmt_time(now(cluster))
+        old = next((e for e in similar if e["metadata"]["name"] == name), None)
+        if old is not None:
+            api.update("events", dict(old, count=int(old.get("count") or 1) + 1, lastTimestamp=ts, message=message),
+                       namespace=ns)
+            return
+        api.create("events", {
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {"apiVersion": api_version, "kind": obj["kind"], "name": meta["name"],
+                               "namespace": ns, "uid": meta["uid"], "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message, "type": "Warning",
+            "source": {"component": component}, "reportingComponent": component,
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1}, namespace=ns)
+    except ApiError:  # events are best effort
+        pass

@@ -9,7 +9,9 @@ ttlSecondsAfterFinished, podFailurePolicy (controllers/podfailure.py: FailJob ->
 reason PodFailurePolicy at once, Ignore -> not counted, Count / FailIndex -> counted). Pods: `<job>-<rand5>` (Indexed: `<job>-<index>-<rand5>`, with
 the completion-index annotation/label, hostname and JOB_COMPLETION_INDEX), labels
 `job-name`, `batch.kubernetes.io/job-name`, `controller-uid`,
-`batch.kubernetes.io/controller-uid`.
+`batch.kubernetes.io/controller-uid`. A pod create admission refuses (a ResourceQuota:
+resourcequota.py) records the real Warning Event FailedCreate on the Job ("Error creating:
+pods "<pod>" is forbidden: ...") and is retried.
 
 Simplified: succeeded/failed are counted from the pods that exist (never decreasing),
 not with the job-tracking finalizer; there is no pod failure back-off delay.
@@ -22,7 +24,7 @@ from typing import Any, Hashable
 from kubesim.controllers._util import (delete_pod, condition_true, controller_ref, fmt_time, get_condition,
                                        namespace_terminating, now, owned_pods, parse_time,
                                        pod_active, pod_deleting, pod_from_template, pod_ready,
-                                       rand_suffix, set_condition, try_get, write_status)
+                                       rand_suffix, record_warning, set_condition, try_get, write_status)
 from kubesim.controllers.base import Controller, register
 from kubesim.controllers.podfailure import match as pod_failure_match
 from kubesim.errors import ApiError
@@ -73,10 +75,15 @@ class JobController(Controller):
     name = "job"
     watches = ("jobs.batch", "pods")
 
+    def __init__(self, cluster: Any):
+        super().__init__(cluster)
+        self._refusals: dict[Hashable, int] = {}  # key -> pod creates refused in a row
+
     async def reconcile(self, key: Hashable) -> float | None:
         ns, name = key  # type: ignore[misc]
         job = try_get(self.api, "jobs.batch", ns, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
+            self._refusals.pop(key, None)
             return None
         spec = job.get("spec") or {}
         status = dict(job.get("status") or {})
@@ -222,15 +229,27 @@ class JobController(Controller):
             indexes: list[int | None] = list(todo[:missing])
         else:
             indexes = [None] * missing
+        key = (job["metadata"]["namespace"], job["metadata"]["name"])
         for idx in indexes:
             try:
+                # quota admission (resourcequota.py) may refuse it: 403
                 self.api.create("pods", self._new_pod(job, idx), namespace=job["metadata"]["namespace"])
             except ApiError as exc:
                 if exc.code == 409:
                     return 0.05
-                if exc.code == 403:
+                if exc.code == 403 and any(c.get("reason") == "NamespaceTerminating"
+                                           for c in exc.details.get("causes") or []):
                     return None
+                if exc.code == 403:
+                    # controller_utils.go createPods: a Warning Event on the Job, then the Job
+                    # controller's rate-limited retries (1 s doubling to 60 s; here 0.5 s to 4 s:
+                    # a raised quota is seen soon)
+                    record_warning(self.api, self.cluster, job, "batch/v1", "job-controller", "FailedCreate",
+                                   f"Error creating: {exc.message}")
+                    tries = self._refusals[key] = self._refusals.get(key, 0) + 1
+                    return min(0.5 * 2 ** (tries - 1), 4.0)
                 return 1.0
+        self._refusals.pop(key, None)
         return None
 
     def _new_pod(self, job: Obj, index: int | None) -> Obj:

@@ -2,11 +2,12 @@
 spec.hard, as the real controller writes it (kube-apiserver refuses what a quota counts, "status
 unknown for quota", until it has). kubesim writes no status.used.
 
-`pod_quota_refusal` is kube-apiserver's quota admission for the pods the StatefulSet controller
-creates, and nothing else: `pods`, `requests.cpu`, `requests.memory` and `requests.nvidia.com/gpu`
-of quotas without scopes, counted over the namespace's pods that are not Succeeded or Failed,
-with the real message. Every other create is admitted: kubesim/DESIGN.md, "Found by the real
-control plane"."""
+`pod_quota_refusal` is kube-apiserver's quota admission for pod creates (the API's, a server-side
+apply that creates, the StatefulSet and Job controllers'), and nothing else: `pods`,
+`requests.cpu`, `requests.memory` and `requests.nvidia.com/gpu` of quotas without scopes, counted
+over the namespace's pods that are not Succeeded or Failed, a refusal answered 403 with the real
+message (the controller registers it with the API server). Every other create is admitted:
+kubesim/DESIGN.md, "Found by the real control plane"."""
 from __future__ import annotations
 
 from typing import Any, Hashable
@@ -24,6 +25,20 @@ Obj = dict[str, Any]
 class ResourceQuotaController(Controller):
     name = "resourcequota"
     watches = ("resourcequotas",)
+
+    def __init__(self, cluster: Any):
+        super().__init__(cluster)
+        self.api.add_mutator(self._admit_pod)
+
+    def _admit_pod(self, rt: Any, pod: Obj) -> None:
+        """Quota admission of a new pod: 403 'pods "x" is forbidden: exceeded quota: ...'."""
+        if rt.key != "pods":
+            return
+        meta = pod.get("metadata") or {}
+        refusal = pod_quota_refusal(self.api, meta.get("namespace") or "", pod)
+        if refusal:
+            raise ApiError(403, f'pods "{meta.get("name", "")}" is forbidden: {refusal}', "Forbidden",
+                           {"name": meta.get("name", ""), "kind": "pods"})
 
     def keys_for(self, resource: str, obj: Obj):
         meta = obj["metadata"]

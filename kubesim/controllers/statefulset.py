@@ -11,7 +11,7 @@ deletes the PVCs of removed ordinals once their pods are gone.
 podManagementPolicy OrderedReady (one at a time, in order, each waiting for its
 predecessors to be Running and Ready; scale down from the highest ordinal) or Parallel.
 updateStrategy RollingUpdate (highest ordinal first, one at a time, honouring
-partition) or OnDelete. A pod create a ResourceQuota refuses (resourcequota.pod_quota_refusal)
+partition) or OnDelete. A pod create a ResourceQuota refuses (resourcequota.py's quota admission)
 records the real Warning Event FailedCreate on the set and is retried. Status follows apps/v1 and satisfies `kubectl rollout status`
 and kubernetes.core's statefulset_ready.
 """
@@ -19,12 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Hashable
 
-from kubesim.controllers._util import (delete_pod, controller_ref, fmt_time, ignore_not_found,
-                                       namespace_terminating, now, owned_pods, pod_deleting,
-                                       pod_from_template, pod_ready, pod_terminal, template_hash,
-                                       try_get, write_status)
+from kubesim.controllers._util import (delete_pod, controller_ref, ignore_not_found,
+                                       namespace_terminating, owned_pods, pod_deleting,
+                                       pod_from_template, pod_ready, pod_terminal, record_warning,
+                                       template_hash, try_get, write_status)
 from kubesim.controllers.base import Controller, owner_key, register
-from kubesim.controllers.resourcequota import pod_quota_refusal
 from kubesim.errors import ApiError
 
 Obj = dict[str, Any]
@@ -104,12 +103,8 @@ class StatefulSetController(Controller):
                     continue
                 try:
                     self._create_claims(sts, o)
-                    pod = self._new_pod(sts, o, update_rev)
-                    refusal = pod_quota_refusal(self.api, ns, pod)
-                    if refusal:
-                        raise ApiError(403, f'pods "{pod["metadata"]["name"]}" is forbidden: {refusal}',
-                                       "Forbidden")
-                    created = self.api.create("pods", pod, namespace=ns)
+                    # quota admission (resourcequota.py) may refuse it: 403
+                    created = self.api.create("pods", self._new_pod(sts, o, update_rev), namespace=ns)
                     pods[o] = created
                     self._refusals.pop(key, None)
                 except ApiError as exc:
@@ -166,28 +161,8 @@ class StatefulSetController(Controller):
         """The Event kube-controller-manager's StatefulSet controller records when a pod create
         fails (stateful_pod_control.go recordPodEvent), aggregated as its event recorder does:
         the same message again raises count and lastTimestamp."""
-        meta = sts["metadata"]
-        ns = meta["namespace"]
-        message = f"create Pod {pod_name} in StatefulSet {meta['name']} failed error: {error}"
-        name = f"{meta['name']}.{template_hash([meta['uid'], message])}"
-        ts = fmt_time(now(self.cluster))
-        try:
-            old = try_get(self.api, "events", ns, name)
-            if old is not None:
-                self.api.update("events", dict(old, count=int(old.get("count") or 1) + 1, lastTimestamp=ts),
-                                namespace=ns)
-                return
-            self.api.create("events", {
-                "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
-                "involvedObject": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": meta["name"],
-                                   "namespace": ns, "uid": meta["uid"],
-                                   "resourceVersion": meta.get("resourceVersion")},
-                "reason": "FailedCreate", "message": message, "type": "Warning",
-                "source": {"component": "statefulset-controller"},
-                "reportingComponent": "statefulset-controller",
-                "firstTimestamp": ts, "lastTimestamp": ts, "count": 1}, namespace=ns)
-        except ApiError:  # events are best effort
-            pass
+        message = f"create Pod {pod_name} in StatefulSet {sts['metadata']['name']} failed error: {error}"
+        record_warning(self.api, self.cluster, sts, "apps/v1", "statefulset-controller", "FailedCreate", message)
 
     # -- pods and claims ------------------------------------------------------------
     def _new_pod(self, sts: Obj, ordinal: int, revision: str) -> Obj:

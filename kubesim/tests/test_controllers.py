@@ -1086,3 +1086,55 @@ async def test_statefulset_pod_refused_by_a_resource_quota(api):
     await wait_for(lambda: not gone(api, "pods", NS, "q-0")()
                    and api.get("pods", NS, "q-0")["metadata"]["uid"] != old_uid,
                    what="q-0 re-created within the quota")
+
+
+async def test_job_pods_refused_by_a_resource_quota(api):
+    """kube-apiserver's quota admission for the Job controller's pod creates: each refused create
+    records kube-controller-manager's Warning Event FailedCreate on the Job ('Error creating: pods
+    "<job>-<index>-xxxxx" is forbidden: exceeded quota: ...', controller_utils.go createPods), no pod
+    exists and the Job's status counts none active; raising the quota lets the next try create them."""
+    api.create("resourcequotas", {"apiVersion": "v1", "kind": "ResourceQuota",
+                                  "metadata": {"name": "compute", "namespace": NS},
+                                  "spec": {"hard": {"requests.cpu": "3"}}})
+    api.create("pods", pod("holder", requests={"cpu": "2"}))
+    body = job("jq", {}, completions=2, parallelism=2, completionMode="Indexed")
+    body["spec"]["template"]["spec"]["containers"] = [container(requests={"cpu": "2"})]
+    api.create("jobs.batch", body)
+    uid = api.get("jobs.batch", NS, "jq")["metadata"]["uid"]
+
+    def failed_creates():
+        return api.list("events", NS, field_selector="involvedObject.kind=Job,involvedObject.name=jq,"
+                                                     "reason=FailedCreate")["items"]
+    events = await wait_for(lambda: len(failed_creates()) >= 2 and failed_creates(),
+                            what="the refusals recorded and retried")
+    for event in events:
+        assert (event["type"], event["involvedObject"]["uid"], event["source"]["component"]) == (
+            "Warning", uid, "job-controller")
+        assert event["message"].startswith('Error creating: pods "jq-0-') or \
+            event["message"].startswith('(combined from similar events): Error creating: pods "jq-0-')
+        assert event["message"].endswith('" is forbidden: exceeded quota: compute, requested: requests.cpu=2, '
+                                         "used: requests.cpu=2, limited: requests.cpu=3")
+    assert not pods_of(api, "job-name=jq")
+    assert not api.get("jobs.batch", NS, "jq").get("status", {}).get("active")
+
+    api.patch("resourcequotas", NS, "compute", {"spec": {"hard": {"requests.cpu": "6"}}})
+    await wait_for(lambda: len(pods_of(api, "job-name=jq")) == 2, what="both pods created once the quota allows")
+
+
+def test_a_pod_create_over_a_resource_quota_is_forbidden(api):
+    """A pod created directly (or by server-side apply) that a quota has no room for is refused
+    403 with kube-apiserver's message; a quota with scopes, and a pod that fits, are not."""
+    api.create("resourcequotas", {"apiVersion": "v1", "kind": "ResourceQuota",
+                                  "metadata": {"name": "compute", "namespace": NS},
+                                  "spec": {"hard": {"requests.cpu": "3", "pods": "5"}}})
+    api.create("pods", pod("holder", requests={"cpu": "2"}))
+    with pytest.raises(ApiError) as refused:
+        api.create("pods", pod("big", requests={"cpu": "2"}))
+    assert (refused.value.code, refused.value.reason, refused.value.message) == (
+        403, "Forbidden", 'pods "big" is forbidden: exceeded quota: compute, requested: requests.cpu=2, '
+                          "used: requests.cpu=2, limited: requests.cpu=3")
+    with pytest.raises(ApiError) as applied:
+        api.patch("pods", NS, "big", pod("big", requests={"cpu": "2"}), patch_type="apply", field_manager="t")
+    assert applied.value.code == 403 and applied.value.message == refused.value.message
+    assert gone(api, "pods", NS, "big")()
+    api.create("pods", pod("small", requests={"cpu": "1"}))
