@@ -20,6 +20,7 @@ import uuid
 
 import pytest
 from kubernetes import client
+from kubernetes.utils import parse_quantity
 
 from hack.kueue.run import BIN, VERSION, Kueue, module_dir
 from test_ansible_operator_real import (GROUP, KEY, VERSION as TORCHDEV_VERSION, condition, kube,  # noqa: F401 (kube)
@@ -83,6 +84,33 @@ def _job(name: str, cpu: str) -> dict:
                                            "nodeSelector": {"torchdev.io/node-pool": "cpu"}}}}}
 
 
+def _cohort_lenders(kube, cq: dict, flavor: str, resource: str) -> dict[str, float]:  # noqa: F811
+    """{ClusterQueue: what it would lend} of `resource` in `flavor`: the other ClusterQueues of
+    `cq`'s cohort, their nominal quota less their usage (torchdev's set no lendingLimit), once
+    every DevUser of the cluster has its ClusterQueue, Active (the operator made them all)."""
+    cohort = cq["spec"].get("cohortName")
+
+    def queues():
+        users = kube["custom"].list_cluster_custom_object(GROUP, TORCHDEV_VERSION, "devusers")["items"]
+        want = {"torchdev-" + u["metadata"]["name"] for u in users if not (u["spec"].get("queue") or {}).get("clusterQueue")}
+        have = {q["metadata"]["name"]: q for q in kube["custom"].list_cluster_custom_object(KUEUE, KV, "clusterqueues")["items"]
+                if condition(q, "Active").get("status") == "True"}
+        return have if want <= set(have) else None
+
+    def amount(entries) -> float:
+        return sum(float(parse_quantity(r.get("nominalQuota", r.get("total", 0))))
+                   for f in entries if f["name"] == flavor for r in f["resources"] if r["name"] == resource)
+
+    lenders = {}
+    for name, q in wait_for(queues, 180, "every DevUser's ClusterQueue Active").items():
+        if cohort and name != cq["metadata"]["name"] and q["spec"].get("cohortName") == cohort:
+            idle = amount(f for rg in q["spec"]["resourceGroups"] for f in rg["flavors"]) - amount(
+                (q.get("status") or {}).get("flavorsUsage") or [])
+            if idle > 0:
+                lenders[name] = idle
+    return lenders
+
+
 def test_a_job_waits_behind_a_full_quota_and_is_admitted_when_it_frees(kube, kueue, operator):  # noqa: F811
     user = "kq%s" % uuid.uuid4().hex[:6]
     kube["custom"].create_cluster_custom_object(GROUP, TORCHDEV_VERSION, "devusers", {
@@ -106,6 +134,12 @@ def test_a_job_waits_behind_a_full_quota_and_is_admitted_when_it_frees(kube, kue
     flavors = [f["name"] for rg in cq["spec"]["resourceGroups"] for f in rg["flavors"]]
     assert "cpu-small" in flavors, flavors
     batch = client.BatchV1Api(kube["custom"].api_client)
+
+    # The ClusterQueues of other DevUsers share the cohort and Kueue lends their idle quota, so a
+    # DevUser another test module left in this process's cluster would admit the second Job too
+    # (tests/real/test_rbac_matrix_real.py deletes its DevUsers for this reason).
+    lenders = _cohort_lenders(kube, cq, "cpu-small", "cpu")
+    assert not lenders, "other DevUsers' ClusterQueues would lend cpu of cpu-small: %s" % lenders
 
     # The first Job takes the user's whole cpu quota of cpu-small (the flavor whose nodeLabels its nodeSelector matches).
     first = batch.create_namespaced_job(ns, _job("first", "2"))

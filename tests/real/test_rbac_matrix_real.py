@@ -264,9 +264,12 @@ def cluster(real_cluster, tmp_path_factory):
         apply(admin, objects, manager="torchdev-operator")
     namespace, sa = operator_sa["metadata"]["namespace"], operator_sa["metadata"]["name"]
     assert (namespace, sa) == ("torchdev-system", "torchdev-controller-manager")
-    return {"admin": admin, "jane": cp.user_kubeconfig("jane@example.com"),
-            "mallory": cp.user_kubeconfig("mallory@example.com"),
-            "operator": cp.service_account_kubeconfig(namespace, sa)}
+    yield {"admin": admin, "jane": cp.user_kubeconfig("jane@example.com"),
+           "mallory": cp.user_kubeconfig("mallory@example.com"),
+           "operator": cp.service_account_kubeconfig(namespace, sa)}
+    # The control plane is the process's: the DevUsers go (their objects, owned by them, with them),
+    # so a later module's operator does not make their queues (Kueue would lend their quota).
+    kubectl(admin, "delete", "devusers", *USERS, "--wait=false")
 
 
 # --- the matrix -----------------------------------------------------------------------------------
