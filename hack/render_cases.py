@@ -52,7 +52,7 @@ def _devserver(obj, name=None, **spec_overrides):
 
 
 def devserver_cases() -> dict[str, dict]:
-    """{case: {cr, flavor, observed?, pvcs?, kueue?, devuser?}} (hack/render_manifests.py devserver_hostvars)."""
+    """{case: {cr, flavor, observed?, pvcs?, storage_class?, kueue?, devuser?}} (hack/render_manifests.py devserver_hostvars)."""
     devservers = samples("torchdev_v1alpha1_devserver_*.yaml")
     flavor_samples = samples("torchdev_v1alpha1_devserverflavor_*.yaml")
     assert devservers and flavor_samples, "config/samples must hold DevServer and DevServerFlavor samples"
@@ -92,8 +92,15 @@ def devserver_cases() -> dict[str, dict]:
                                                             "app.kubernetes.io/instance": "grown"}}}}],
         "pvcs": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                   "metadata": {"name": "home-grown-0", "namespace": NAMESPACE},
-                  "spec": {"resources": {"requests": {"storage": "100Gi"}}}}],
+                  "spec": {"storageClassName": "gp3", "resources": {"requests": {"storage": "100Gi"}}},
+                  "status": {"phase": "Bound"}}],
+        "storage_class": {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "gp3"},
+                          "allowVolumeExpansion": True},
     }
+    # ... but not when its StorageClass does not allow volume expansion (kube-apiserver would
+    # refuse the patch): nothing is written, the status says so (HomeResized ResizeNotSupported).
+    cases["grown_home_fixed_class"] = dict(cases["grown_home"], storage_class=dict(
+        cases["grown_home"]["storage_class"], allowVolumeExpansion=False))
     # In a DevUser's namespace the user's shared claim is mounted at /shared by default.
     # ... and the user's SSH keys (the Secret devctl admin onboard fills) are accepted by sshd
     # (issue 27.1), unless mountUserSSHKeys is false or sshKeySecretRef names another Secret.

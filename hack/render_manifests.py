@@ -62,11 +62,12 @@ def _devserver_run(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def devserver_hostvars(case: dict[str, Any]) -> dict[str, Any]:
-    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, kueue?, devuser?}):
+    """The variables of one devserver render case ({cr, flavor, observed?, pvcs?, storage_class?, kueue?, devuser?}):
     the DevServer, what observe.yml would have found and lifecycle.yml decided."""
     return dict(_devserver_run(case), **{
         "devserver_observed": case.get("observed", []),
         "devserver_observed_pvcs": case.get("pvcs", []),
+        "devserver_observe": {"objects": {"home_storage_class": case.get("storage_class")}},
         "devserver_kueue": case.get("kueue"),
         "devserver_devuser": case.get("devuser"),
         # What lifecycle.yml would have decided for a server that just became ready.

@@ -192,6 +192,14 @@ def test_grown_home_keeps_template_and_resizes_pvc(rendered):
     assert pvc["spec"] == {"resources": {"requests": {"storage": "200Gi"}}}
 
 
+def test_grown_home_on_a_class_that_cannot_expand_is_not_patched(rendered):
+    """kube-apiserver refuses to grow a claim whose StorageClass lacks allowVolumeExpansion:
+    the role renders no patch for it (status.yml reports it, HomeResized ResizeNotSupported)."""
+    objs = _by_kind(rendered["grown_home_fixed_class"])
+    assert ("StatefulSet", "grown") in objs
+    assert not [key for key in objs if key[0] == "PersistentVolumeClaim"]
+
+
 def test_cpu_flavor_has_no_gpu(rendered):
     sts = _by_kind(rendered["jane-dev__cpu-small"])[("StatefulSet", "jane-dev")]
     resources = sts["spec"]["template"]["spec"]["containers"][0]["resources"]

@@ -105,6 +105,7 @@ DEVSERVER_REASONS = {
     "Degraded": ("AsExpected", "FlavorNotFound", "InvalidSpec", "InsufficientGPUs", "ClaimNotFound", "QuotaExceeded",
                  "ReconcileError", "PodFailed", "ImageLacksSSH", "PodCreateRefused"),
     "Expiring": ("NoDeadline", "ReservationExpiring", "IdleShutdownPending", "IdleTimeout"),
+    "HomeResized": ("AsRequested", "ResizeNotSupported", "ResizePending"),
 }
 DEVUSER_REASONS = {
     "Ready": ("UserReady", "ReconcileFailed"),

@@ -261,17 +261,55 @@ def degraded_event(old_status, new_status):
     """{reason, message} of the Warning Event to emit when ``new_status`` turns Degraded with a
     reason of EVENT_DEGRADED_REASONS that ``old_status`` (the status as the run found it) did
     not have, else None: one Event per change, none while it holds."""
-    def degraded(status):
-        for cond in ((status or {}).get("conditions") or []) if isinstance(status, dict) else []:
-            if isinstance(cond, dict) and cond.get("type") == "Degraded":
-                return cond
-        return {}
-    new, old = degraded(new_status), degraded(old_status)
+    new, old = _condition_of(new_status, "Degraded"), _condition_of(old_status, "Degraded")
     if new.get("status") != "True" or new.get("reason") not in EVENT_DEGRADED_REASONS:
         return None
     if old.get("status") == "True" and old.get("reason") == new.get("reason"):
         return None
     return {"reason": new["reason"], "message": str(new.get("message") or "")}
+
+
+REASON_RESIZE_NOT_SUPPORTED = "ResizeNotSupported"
+REASON_RESIZE_PENDING = "ResizePending"
+
+
+def home_resized_condition(refused, generation=None):
+    """The HomeResized condition from plan.home_resizes' ``refused`` entries: True AsRequested
+    when none (every home claim requests spec.persistentHomeSize, or is being grown to it), else
+    False ResizeNotSupported (a claim's StorageClass cannot grow it; wins over the other) or
+    ResizePending (a claim not bound yet), the message naming each claim, its class and the
+    sizes (bounded to 1024 characters).  Not Degraded: the server runs on, with its old size."""
+    entries = [r for r in refused if isinstance(r, dict)] if isinstance(refused, list) else []
+    if not entries:
+        return condition("HomeResized", "True", "AsRequested", "every home claim requests spec.persistentHomeSize",
+                         generation)
+    reasons = {r.get("reason") for r in entries}
+    reason = REASON_RESIZE_NOT_SUPPORTED if REASON_RESIZE_NOT_SUPPORTED in reasons or \
+        REASON_RESIZE_PENDING not in reasons else REASON_RESIZE_PENDING
+    message = "; ".join(str(r.get("message") or "") for r in entries if r.get("reason") == reason)
+    return condition("HomeResized", "False", reason, message[:1024] or "a home claim cannot grow", generation)
+
+
+def status_events(old_status, new_status):
+    """The Warning Events the new status deserves, [{reason, message}]: degraded_event's, and
+    ResizeNotSupported when HomeResized turns False with it (the status the run found did not
+    say so): one Event per change, none while it holds."""
+    events = []
+    degraded = degraded_event(old_status, new_status)
+    if degraded:
+        events.append(degraded)
+    new, old = _condition_of(new_status, "HomeResized"), _condition_of(old_status, "HomeResized")
+    if new.get("status") == "False" and new.get("reason") == REASON_RESIZE_NOT_SUPPORTED and not (
+            old.get("status") == "False" and old.get("reason") == REASON_RESIZE_NOT_SUPPORTED):
+        events.append({"reason": REASON_RESIZE_NOT_SUPPORTED, "message": str(new.get("message") or "")})
+    return events
+
+
+def _condition_of(status, ctype):
+    for cond in ((status or {}).get("conditions") or []) if isinstance(status, dict) else []:
+        if isinstance(cond, dict) and cond.get("type") == ctype:
+            return cond
+    return {}
 
 
 def replica_statuses(name, pods, desired_replicas):
@@ -337,7 +375,7 @@ def devserver_lifecycle(cr, sts, desired_replicas, now, activity=None, pods=None
 
 def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
                      pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None, lifecycle=None,
-                     events=None):
+                     events=None, home_refused=None):
     """The complete DevServer status for a successful reconcile (conditions included).
 
     ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
@@ -348,7 +386,8 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     ``shared_claim``: the claim mounted at /shared (None/"" when none); ``lifecycle``: the
     result of devserver_lifecycle (status.reservation, status.idle, the Expiring condition);
     ``events``: the FailedCreate Events of the StatefulSet (Degraded PodCreateRefused while
-    admission refuses a replica's pod: pod_create_refusals).
+    admission refuses a replica's pod: pod_create_refusals); ``home_refused``: the home claims
+    plan.home_resizes does not grow (the HomeResized condition; None leaves it out).
     """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
@@ -426,6 +465,8 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         status["idle"] = lifecycle.get("idle")
         status["activityReportProblem"] = lifecycle.get("activityProblem")
         status["conditions"].append(lifecycle["condition"])
+    if home_refused is not None:
+        status["conditions"].append(home_resized_condition(home_refused, generation))
     return status
 
 

@@ -223,7 +223,7 @@ def _preserve_immutable(desired, live):
 
     ``volumeClaimTemplates`` (and selector, serviceName, podManagementPolicy) cannot
     change after creation.  A grown ``persistentHomeSize`` is applied to the existing
-    PVCs instead (``pvc_resizes``); the template keeps the size it was created with.
+    PVCs instead (``home_resizes``); the template keeps the size it was created with.
     """
     if not desired or not live:
         return desired
@@ -244,24 +244,98 @@ def _preserve_immutable(desired, live):
     return result
 
 
-def pvc_resizes(pvcs, name, size, claim="home"):
-    """Partial PVC manifests that grow ``<claim>-<name>-<i>`` claims smaller than ``size``."""
+# Why a home claim is not grown (the DevServer's HomeResized condition, docs/api.md).
+RESIZE_NOT_SUPPORTED = "ResizeNotSupported"
+RESIZE_PENDING = "ResizePending"
+# What kube-apiserver's PersistentVolumeClaimResize admission reads before spec.storageClassName.
+BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+_SHOWN = 253  # a name or a size in a message (API names are at most 253 characters)
+
+
+def _shown(value):
+    """``value`` as printable text of at most _SHOWN characters (shown, never evaluated)."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value)[:4 * _SHOWN])
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+def _classes_by_name(storage_classes):
+    """{name: StorageClass} from a list of classes, one class, or None (odd entries skipped)."""
+    items = storage_classes if isinstance(storage_classes, list) else [storage_classes]
+    result = {}
+    for item in items:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+            result[meta["name"]] = item
+    return result
+
+
+def home_resizes(pvcs, name, size, storage_classes, claim="home"):
+    """How the ``<claim>-<name>-<i>`` claims (``pvcs``, the live ones) grow to ``size`` (a
+    DevServer's spec.persistentHomeSize, which only grows): {"apply": the partial PVC manifests
+    that raise the storage request of each smaller claim kube-apiserver lets grow, "refused":
+    [{claim, storageClass, from, to, reason, message}] for the others}.
+
+    kube-apiserver refuses to grow a claim that is not bound (validation) and one whose class
+    (the annotation volume.beta.kubernetes.io/storage-class, else spec.storageClassName) is
+    empty, missing from ``storage_classes`` (the classes read: a list, one object or None) or
+    lacks ``allowVolumeExpansion: true`` (PersistentVolumeClaimResize admission, 403): applying
+    those would fail every reconcile.  Reasons: ResizePending (not bound yet: it grows once
+    bound), ResizeNotSupported (the class; an admin who sets allowVolumeExpansion lets the next
+    reconcile grow it).  Claims with an unreadable size are left alone; never raises."""
+    result = {"apply": [], "refused": []}
+    if not isinstance(name, str) or not isinstance(claim, str):
+        return result
+    try:
+        wanted = quantity(size)
+    except (ValueError, TypeError):
+        return result
+    classes = _classes_by_name(storage_classes)
     prefix = "%s-%s-" % (claim, name)
-    result = []
-    for pvc in observed_objects(pvcs):
-        meta = pvc.get("metadata") or {}
-        if pvc.get("kind") not in (None, "PersistentVolumeClaim") or not str(meta.get("name", "")).startswith(prefix):
+    for pvc in pvcs if isinstance(pvcs, list) else []:
+        meta = pvc.get("metadata") if isinstance(pvc, dict) else None
+        if not isinstance(meta, dict) or pvc.get("kind") not in (None, "PersistentVolumeClaim"):
             continue
-        if not str(meta["name"])[len(prefix):].isdigit():
+        pvc_name = meta.get("name")
+        if not isinstance(pvc_name, str) or not pvc_name.startswith(prefix) or not pvc_name[len(prefix):].isdigit():
             continue
-        current = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
-        if current is None or quantity_cmp(size, current) > 0:
-            result.append({
+        spec = pvc.get("spec") if isinstance(pvc.get("spec"), dict) else {}
+        resources = spec.get("resources") if isinstance(spec.get("resources"), dict) else {}
+        requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
+        current = requests.get("storage")
+        try:
+            if current is not None and quantity_cmp(wanted, current) <= 0:
+                continue
+        except (ValueError, TypeError):
+            continue
+        status = pvc.get("status") if isinstance(pvc.get("status"), dict) else {}
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        class_name = annotations.get(BETA_CLASS_ANNOTATION, spec.get("storageClassName"))
+        sc = classes.get(class_name) if isinstance(class_name, str) else None
+        grow = "from %s to %s" % (_shown(current) if current is not None else "no request", _shown(wanted))
+        if status.get("phase") != "Bound":
+            why = (RESIZE_PENDING, "claim %s is %s, not bound: it grows %s once bound"
+                   % (_shown(pvc_name), _shown(status.get("phase") or "not bound yet"), grow))
+        elif not isinstance(class_name, str) or not class_name:
+            why = (RESIZE_NOT_SUPPORTED, "claim %s cannot grow %s: it has no StorageClass (only a dynamically "
+                   "provisioned claim can be resized)" % (_shown(pvc_name), grow))
+        elif sc is None:
+            why = (RESIZE_NOT_SUPPORTED, "claim %s cannot grow %s: its StorageClass %s does not exist"
+                   % (_shown(pvc_name), grow, _shown(class_name)))
+        elif sc.get("allowVolumeExpansion") is not True:
+            why = (RESIZE_NOT_SUPPORTED, "claim %s cannot grow %s: its StorageClass %s does not allow volume "
+                   "expansion (allowVolumeExpansion is not true; once an admin sets it, the next reconcile "
+                   "grows the claim)" % (_shown(pvc_name), grow, _shown(class_name)))
+        else:
+            result["apply"].append({
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": {"name": meta["name"], "namespace": meta.get("namespace")},
-                "spec": {"resources": {"requests": {"storage": quantity(size)}}},
+                "metadata": {"name": pvc_name, "namespace": meta.get("namespace")},
+                "spec": {"resources": {"requests": {"storage": wanted}}},
             })
+            continue
+        result["refused"].append({"claim": _shown(pvc_name), "storageClass": _shown(class_name or ""),
+                                  "from": _shown(current) if current is not None else None, "to": _shown(wanted),
+                                  "reason": why[0], "message": why[1]})
     return result
 
 

@@ -431,3 +431,74 @@ def test_devserver_status_pod_create_refused(name, cr, events, pods, ready_n, de
         assert devserver_status.degraded_event(status, status) is None, name
         # Still looked at again while it waits for admission (the quota may be raised).
         assert devserver_status.requeue_period(status, now=NOW), name
+
+
+# --- a home the StorageClass cannot grow: HomeResized (issue 26 item 5) -------------------------
+
+NOT_SUPPORTED = {"claim": "home-x-0", "storageClass": "fixed", "from": "10Gi", "to": "20Gi",
+                 "reason": "ResizeNotSupported", "message": "claim home-x-0 cannot grow from 10Gi to 20Gi: no"}
+PENDING = {"claim": "home-x-1", "storageClass": "fixed", "from": "10Gi", "to": "20Gi",
+           "reason": "ResizePending", "message": "claim home-x-1 is Pending, not bound: it grows once bound"}
+
+
+@pytest.mark.parametrize("refused, expected", [
+    ([], ("True", "AsRequested", "every home claim requests spec.persistentHomeSize")),
+    ([NOT_SUPPORTED], ("False", "ResizeNotSupported", NOT_SUPPORTED["message"])),
+    ([PENDING], ("False", "ResizePending", PENDING["message"])),
+    # not supported wins: it needs an admin, the other passes by itself
+    ([PENDING, NOT_SUPPORTED], ("False", "ResizeNotSupported", NOT_SUPPORTED["message"])),
+    ([NOT_SUPPORTED, dict(NOT_SUPPORTED, claim="home-x-1", message="m2")],
+     ("False", "ResizeNotSupported", NOT_SUPPORTED["message"] + "; m2")),
+    ([dict(NOT_SUPPORTED, message="y" * 5000)], ("False", "ResizeNotSupported", "y" * 1024)),
+    # hostile: odd entries, reasons, messages
+    (None, ("True", "AsRequested", "every home claim requests spec.persistentHomeSize")),
+    ("x", ("True", "AsRequested", "every home claim requests spec.persistentHomeSize")),
+    ([None, 3, "x"], ("True", "AsRequested", "every home claim requests spec.persistentHomeSize")),
+    ([{"reason": "Odd", "message": None}], ("False", "ResizeNotSupported", "a home claim cannot grow")),
+    ([dict(NOT_SUPPORTED, message=None)], ("False", "ResizeNotSupported", "a home claim cannot grow")),
+])
+def test_home_resized_condition(refused, expected):
+    cond = devserver_status.home_resized_condition(refused, 4)
+    assert (cond["type"], cond["status"], cond["reason"], cond["message"], cond["observedGeneration"]) == (
+        ("HomeResized",) + expected + (4,))
+
+
+def test_devserver_status_home_resized_is_not_degraded_and_events_once():
+    sts = _running_sts(1, 1)
+    status = devserver_status.devserver_status(_cr(), sts, 1, "h", None, NOW, [_pod(0)], "", home_refused=[NOT_SUPPORTED])
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == "Running" and conds["Ready"]["status"] == "True"
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"]) == ("False", "AsExpected")
+    assert (conds["HomeResized"]["status"], conds["HomeResized"]["reason"]) == ("False", "ResizeNotSupported")
+    # ONE Event when it is news, none while it holds, none for a pending claim or when it clears
+    assert devserver_status.status_events({}, status) == [{"reason": "ResizeNotSupported",
+                                                           "message": NOT_SUPPORTED["message"]}]
+    assert devserver_status.status_events(status, status) == []
+    pending = devserver_status.devserver_status(_cr(), sts, 1, "h", None, NOW, [_pod(0)], "", home_refused=[PENDING])
+    assert devserver_status.status_events({}, pending) == []
+    cleared = devserver_status.devserver_status(_cr(), sts, 1, "h", None, NOW, [_pod(0)], "", home_refused=[])
+    assert {c["type"]: c for c in cleared["conditions"]}["HomeResized"]["reason"] == "AsRequested"
+    assert devserver_status.status_events(status, cleared) == []
+    # again after it cleared: news again
+    assert len(devserver_status.status_events(cleared, status)) == 1
+    # without the argument (callers that do not observe claims) the condition is left out
+    plain = devserver_status.devserver_status(_cr(), sts, 1, "h", None, NOW, [_pod(0)], "")
+    assert "HomeResized" not in {c["type"] for c in plain["conditions"]}
+    # no further requeue for it: a server at rest is not run again (zero writes, no retry loop)
+    assert devserver_status.requeue_period(status, now=NOW) == devserver_status.requeue_period(cleared, now=NOW)
+
+
+@pytest.mark.parametrize("old, new", [
+    (None, None), ("x", []), ({"conditions": "x"}, {"conditions": [None, 1, {"type": "HomeResized"}]}),
+    ({}, {"conditions": [{"type": "HomeResized", "status": "False", "reason": "ResizeNotSupported", "message": 5}]}),
+])
+def test_status_events_hostile(old, new):
+    events = devserver_status.status_events(old, new)
+    assert isinstance(events, list) and all(isinstance(e["message"], str) for e in events)
+
+
+def test_status_events_both_at_once():
+    degraded = {"type": "Degraded", "status": "True", "reason": "PodCreateRefused", "message": "q"}
+    home = {"type": "HomeResized", "status": "False", "reason": "ResizeNotSupported", "message": "c"}
+    assert devserver_status.status_events({}, {"conditions": [degraded, home]}) == [
+        {"reason": "PodCreateRefused", "message": "q"}, {"reason": "ResizeNotSupported", "message": "c"}]

@@ -272,6 +272,13 @@ PARAMS = {
     "builtin": {"PATH": "/usr/bin", "TORCHDEV_NAME": "s"}, "defaults": {"quota": {"gpus": 0, "storage": "100Gi"}},
     "default_request": {"cpu": "100m", "memory": "256Mi"}, "cond": CONDITIONS[0], "live": STS, "seconds_": 5400,
     # The StatefulSet controller's FailedCreate Event (anyone in the namespace can write Events).
+    # The home claims' StorageClass (an admin's) and the claims home_resizes leaves as they are.
+    "storage_classes": [{"metadata": {"name": "gp3"}, "allowVolumeExpansion": True}],
+    "refused": [{"claim": "home-s-0", "storageClass": "gp3", "from": "10Gi", "to": "20Gi",
+                 "reason": "ResizeNotSupported", "message": "claim home-s-0 cannot grow"}],
+    "home_refused": [{"claim": "home-s-0", "storageClass": "gp3", "from": "10Gi", "to": "20Gi",
+                      "reason": "ResizePending", "message": "claim home-s-0 is Pending"}],
+    "size": "20Gi", "old_status": DEVSERVER["status"], "new_status": DEVSERVER["status"],
     "events": [{"type": "Warning", "reason": "FailedCreate", "lastTimestamp": NOW,
                 "involvedObject": {"kind": "StatefulSet", "name": "s", "uid": "u-1"},
                 "message": 'create Pod s-0 in StatefulSet s failed error: pods "s-0" is forbidden: exceeded quota: q'}],
@@ -291,7 +298,8 @@ USER_PARAMS = {"cr", "devserver", "eaj", "tj", "spec", "spec_", "raw_spec", "act
                "tolerations", "quota", "flavors", "namespace_", "summary", "entry", "obj", "reservation", "email",
                "owner", "started_at", "oldest_ended_at", "since", "user", "start", "end", "model", "path",
                "discovery", "queue", "runner", "quotas", "status", "previous", "register", "value", "restarts",
-               "cond", "existing", "live", "seconds_", "live_status", "events"}
+               "cond", "existing", "live", "seconds_", "live_status", "events", "storage_classes", "refused",
+               "home_refused", "size", "old_status", "new_status"}
 
 
 def strategy(mod: str, fn, param: inspect.Parameter):
@@ -330,7 +338,8 @@ FUZZED = {
                   "problem_requeue"],
     "devserver_status": ["phase", "pod_failure", "replica_statuses", "failing_replicas", "devserver_lifecycle",
                          "devserver_status", "rejected_spec_status", "requeue_period", "image_lacks_ssh",
-                         "images_lacking_ssh", "degraded_event", "pod_create_refusals"],
+                         "images_lacking_ssh", "degraded_event", "pod_create_refusals", "home_resized_condition",
+                         "status_events"],
     "devuser": ["spec", "problem", "kueue_served", "resource_groups", "namespace_compute", "quota_hard", "limits",
                 "redact", "prune", "replace", "detach", "suspend", "namespace_claim"],
     "devuser_status": ["devuser_status", "quota_pending"],
@@ -347,7 +356,7 @@ FUZZED = {
     "lifecycle": ["reservation_problem", "activity_report", "activity_reports", "idle_since", "reservation_active",
                   "lifecycle_status", "queued_at", "spec_replicas", "stopped_phase"],
     "plan": ["kind_of", "plain", "checksum", "is_subset", "object_key", "stamp", "observed_objects", "drift",
-             "prune", "plan", "find", "preserve_immutable", "pvc_resizes", "applied_objects"],
+             "prune", "plan", "find", "preserve_immutable", "home_resizes", "applied_objects"],
     "rendezvous": ["flavor_gpu_count", "nccl_defaults", "replicas", "rendezvous_endpoint", "rendezvous_env",
                    "rendezvous_errors"],
     "startup": ["startup", "describe"],

@@ -198,6 +198,9 @@ MATRIX: list[Row] = [
           "validatingadmissionpolicybindings.admissionregistration.k8s.io", None, False),
     *rows("operator", "list patch", "nodes", None, False),
     Row("operator", "delete", "persistentvolumes", None, False),
+    # the devserver role reads its home claims' StorageClass by name (may they grow?), nothing more
+    Row("operator", "get", "storageclasses.storage.k8s.io", None, True),
+    *rows("operator", "list watch patch", "storageclasses.storage.k8s.io", None, False),
     Row("operator", "impersonate", "users", None, False),
     # Kueue: the per-user ClusterQueue and LocalQueue, a ResourceFlavor per flavor (never deleted
     # by the operator: the garbage collector does), Workloads read only
