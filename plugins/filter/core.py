@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.torchdev.operator.plugins.module_utils import conditions, labels, plan, quantity
+from ansible_collections.torchdev.operator.plugins.module_utils import conditions, devserver_status, labels, plan, quantity
 from ansible_collections.torchdev.operator.plugins.plugin_utils.filters import filter_map
 
 
@@ -29,4 +29,5 @@ class FilterModule(object):
             "failure_reason": conditions.failure_reason,
             "failure_message": conditions.failure_message,
             "retryable": conditions.retryable,
+            "pod_refused_event": devserver_status.degraded_event,
         })

@@ -32,4 +32,6 @@ class FilterModule(object):
             "eaj_rejected_status": eaj_status.rejected_status,
             "eaj_settled": eaj_status.settled,
             "eaj_requeue": eaj_status.requeue,
+            "eaj_pod_refusal": eaj_status.pod_refusal,
+            "eaj_refused": eaj_status.refused,
         })

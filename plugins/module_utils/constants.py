@@ -145,7 +145,7 @@ TRAININGJOB_REASONS = {
     "Succeeded": ("AllEpochsCompleted", "TargetAccuracyReached", "EarlyStopped", "JobComplete"),
     "Failed": ("BackoffLimitExceeded", "DeadlineExceeded", "PermanentFailure", "ImagePullFailed", "WorkerFailed",
                "InvalidSpec", "InsufficientGPUs"),
-    "Degraded": ("AsExpected", "InvalidSpec", "InsufficientGPUs", "ReconcileError"),
+    "Degraded": ("AsExpected", "InvalidSpec", "InsufficientGPUs", "ReconcileError", "PodCreateRefused"),
 }
 
 # --- EphemeralAccelerationJob (module_utils/ephemeralaccelerationjob*.py, torchdev_infer, devctl infer) ---------
@@ -173,7 +173,7 @@ EAJ_REASONS = {
                "InferenceFailed", "PodFailed", "ImagePullFailed", "PodDeleted", "InvalidSpec",
                "Pending", "Running", "Succeeded"),
     "ArtifactsAvailable": ("Bound", "ClaimPending", "Expired", "Deleted"),
-    "Degraded": ("AsExpected", "InvalidSpec", "ReconcileError"),
+    "Degraded": ("AsExpected", "InvalidSpec", "ReconcileError", "PodCreateRefused"),
 }
 # On an artifacts volume devctl detached from its deleted job (devctl infer delete without
 # --delete-pvc): when `devctl infer cleanup` may delete it (RFC 3339); and on every volume devctl

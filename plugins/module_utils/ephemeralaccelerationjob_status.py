@@ -24,11 +24,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import codecs
 import datetime
+import json
 
 from ansible_collections.torchdev.operator.plugins.module_utils import plan as planning
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     EAJ_EXIT_REASONS, EAJ_FINAL_PHASES, REASON_INVALID_SPEC)
+from ansible_collections.torchdev.operator.plugins.module_utils.devserver_status import (
+    _REFUSAL_LIMIT, _REFUSERS, REASON_POD_CREATE_REFUSED)
 from ansible_collections.torchdev.operator.plugins.module_utils.ephemeralaccelerationjob import (
     claim_name, normalize, pod_name)
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_time, parse_time
@@ -241,6 +245,83 @@ def _artifacts(out, name, live, now):
     return {"status": "True", "reason": "Bound", "message": "%s is mounted at /artifacts" % volume}
 
 
+# --------------------------------------------------------------------------- a refused pod
+# The look again at a pod admission refuses: as long as it has been refused so far, 5 s to 60 s
+# (a doubling back-off without a counter: a quota freed or raised is seen, no retry storm).
+REFUSED_REQUEUE = (5.0, 60.0)
+_STATUS_LIMIT = 16384  # characters of a failed apply's message read for the API server's Status
+
+
+def _api_status(text):
+    """The metav1.Status in kubernetes.core.k8s's message of a failed request ("Failed to apply
+    object: b'{...}'": the body as Python shows bytes, or as text), else {}."""
+    if not isinstance(text, str) or "{" not in text:
+        return {}
+    text = text[:_STATUS_LIMIT]
+    body = text[text.index("{"):text.rindex("}") + 1] if "}" in text else ""
+    candidates = [body]
+    if "b'{" in text or 'b"{' in text:   # bytes as Python shows them: undo its escapes (not an eval)
+        try:
+            candidates.insert(0, codecs.escape_decode(body.encode("utf-8"))[0].decode("utf-8", "replace"))
+        except (ValueError, UnicodeError):
+            pass
+    for candidate in candidates:
+        try:
+            status = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(status, dict) and status.get("kind") == "Status":
+            return status
+    return {}
+
+
+def pod_refusal(register, name):
+    """"pod ephemeralaccelerationjob-x refused by ResourceQuota: exceeded quota: ..." when the
+    role's failed apply (``register``: kubernetes.core.k8s's result) is admission's 403 for the
+    job's pod (``name``: the job's): kube-apiserver's Status, code 403, whose message is ``pods
+    "<the pod>" is forbidden: <why>``; what refused it named when the message says (ResourceQuota,
+    LimitRange, PodSecurity, else "admission"); printable, at most 512 characters.  "" for any
+    other result (a success, another failure: those fail the run as before).  ``failed`` is not
+    asked for: the apply task's failed_when clears it for this refusal, and the tasks after it
+    read the same result.  Never raises."""
+    if not isinstance(register, dict) or not isinstance(name, str):
+        return ""
+    status = _api_status(register.get("msg"))
+    message = status.get("message")
+    pod = pod_name(name)
+    prefix = 'pods "%s" is forbidden: ' % pod
+    if status.get("code") != 403 or not isinstance(message, str) or not message.startswith(prefix):
+        return ""
+    why = message[len(prefix):]
+    refuser = next((who for words, who in _REFUSERS if words in why), "admission")
+    why = " ".join("".join(ch if ch.isprintable() else " " for ch in why[:4 * _REFUSAL_LIMIT]).split())
+    text = "pod %s refused by %s: %s" % (pod, refuser, why)
+    return text if len(text) <= _REFUSAL_LIMIT else text[:_REFUSAL_LIMIT - 3] + "..."
+
+
+def refused(decision, refusal, eaj, now):
+    """The decision of a run whose pod admission refused (``refusal``: pod_refusal's text): still
+    Pending, the message saying why, ``refusal`` kept for the status (Degraded PodCreateRefused)
+    and the look again after as long as it has been refused (the Degraded condition's
+    lastTransitionTime in ``eaj``'s status), within REFUSED_REQUEUE.  Unchanged when there is no
+    refusal or the decision is not Pending."""
+    decision = decision if isinstance(decision, dict) else {}
+    if not refusal or not isinstance(refusal, str) or decision.get("phase") != "Pending":
+        return decision
+    low, high = REFUSED_REQUEUE
+    wait = low
+    status = (eaj or {}).get("status") if isinstance(eaj, dict) else None
+    for cond in (status or {}).get("conditions") or [] if isinstance(status, dict) else []:
+        if isinstance(cond, dict) and cond.get("type") == "Degraded" and cond.get("status") == "True" \
+                and cond.get("reason") == REASON_POD_CREATE_REFUSED:
+            try:
+                wait = min(max(_left(cond.get("lastTransitionTime"), now), low), high)
+            except (TypeError, ValueError, OverflowError):
+                wait = low
+    return dict(decision, refusal=refusal[:_REFUSAL_LIMIT], message=_one_line("the inference %s" % refusal),
+                requeue=wait)
+
+
 # --------------------------------------------------------------------------- the plan
 def converge(desired, decision, claim=None, runner=None, pod=None):
     """{objects, to_apply, to_prune} of a reconcile.  ``desired``: the stamped objects the
@@ -275,13 +356,18 @@ def _conditions(phase, reason, message, artifacts, generation):
 
 
 def status(eaj, decision):
-    """The status of a job: phase, message, times, pod, artifact path, conditions."""
+    """The status of a job: phase, message, times, pod, artifact path, conditions (Degraded True
+    PodCreateRefused while admission refuses the pod: ``decision.refusal``, see refused)."""
     eaj = eaj or {}
     spec = normalize(eaj.get("spec"))
     generation = int(_meta(eaj).get("generation") or 0)
     d = decision or {}
     phase = d.get("phase") or "Pending"
     final = phase in EAJ_FINAL_PHASES
+    conditions = _conditions(phase, d.get("reason"), d.get("message"), d.get("artifacts"), generation)
+    if d.get("refusal") and phase == "Pending":
+        conditions[3] = {"type": "Degraded", "status": "True", "reason": REASON_POD_CREATE_REFUSED,
+                         "message": _one_line(d["refusal"]), "observedGeneration": generation}
     return {
         "observedGeneration": generation,
         "phase": phase,
@@ -292,7 +378,7 @@ def status(eaj, decision):
         "artifactPath": spec["output"]["path"] if phase == "Succeeded" else None,
         "artifactsExpireAt": d.get("artifactsExpireAt") if final else None,
         "exitCode": d.get("exitCode") if final and d.get("exitCode") is not None else None,
-        "conditions": _conditions(phase, d.get("reason"), d.get("message"), d.get("artifacts"), generation),
+        "conditions": conditions,
     }
 
 

@@ -50,11 +50,15 @@ __metaclass__ = type
 
 from datetime import datetime, timedelta
 
+import itertools
 import json
+import re
 
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     TRAINING_LIBRARY_STATUS_FIELDS, TRAINING_PERMANENT_EXIT_CODES, TRAINING_RUN_ANNOTATION, TRAININGJOB_REASONS,
     TRAININGJOB_STATES)
+from ansible_collections.torchdev.operator.plugins.module_utils.devserver_status import (
+    _REFUSAL_LIMIT, _REFUSERS, _event_time, _rfc3339, REASON_POD_CREATE_REFUSED)
 from ansible_collections.torchdev.operator.plugins.module_utils.kueue import queue_problem
 from ansible_collections.torchdev.operator.plugins.module_utils.trainingjob import attempt_of, normalize
 
@@ -149,6 +153,84 @@ def image_pull_failure(job, pods):
                     _index(pod), cs.get("image", ""), waiting["reason"],
                     " (%s)" % waiting["message"] if waiting.get("message") else "")
     return None
+
+
+# What kube-controller-manager's Job controller says when a pod create fails (controller_utils.go
+# createPods: 'Error creating: pods "<job>-<index>-<5 random>" is forbidden: <why>').
+_FORBIDDEN_JOB_POD = re.compile(r'pods "([^"]{1,253})-(\d{1,3})-[a-z0-9]{5}" is forbidden: ')
+# names.MaxGeneratedNameLength: a longer "<job>-<index>-" is cut before "-<index>-"
+_MAX_GENERATED_PREFIX = 58
+
+
+def _indexes(indexes):
+    """"0-2,5" of [0, 1, 2, 5]."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(sorted(indexes)), lambda pair: pair[1] - pair[0]):
+        run = [index for _, index in run]
+        parts.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+    return ",".join(parts)
+
+
+def job_pod_refusals(job, events, pods, workers):
+    """"worker 0: refused by ResourceQuota: exceeded quota: compute, requested: pods=1, ..." when
+    admission refuses the pods of wanted workers (``workers``: numWorkers) that have none: the Job
+    controller could not create them and said why in Warning Events, reason FailedCreate, about
+    ``job`` (the live Job: its name, its uid when the Event names one), no older than the Job,
+    whose message holds ``pods "<job>-<index>-xxxxx" is forbidden: <why>`` (also inside "(combined
+    from similar events): ...").  The newest such Event of a worker counts; a worker whose pod
+    exists (owned by the Job, not being deleted) has none, so the refusal clears once its pod is
+    created.  Workers refused alike share one line ("workers 0-3: ...").  What refused it is named
+    when the message says (ResourceQuota, LimitRange, PodSecurity, else "admission"); each line is
+    printable and bounded to 512 characters, the whole to MESSAGE_LIMIT; "" when none.  Events
+    are anyone's text in the namespace: anything odd is skipped, never raises."""
+    if not isinstance(job, dict) or not isinstance(job.get("metadata"), dict) or not isinstance(events, list):
+        return ""
+    meta = job["metadata"]
+    name, uid = meta.get("name"), meta.get("uid")
+    if not isinstance(name, str) or not name:
+        return ""
+    try:
+        wanted = int(workers or 0)
+    except (TypeError, ValueError, OverflowError):
+        return ""
+    born = _rfc3339(meta.get("creationTimestamp"))
+    existing = set()
+    for pod in pods if isinstance(pods, list) else []:
+        if isinstance(pod, dict) and isinstance(pod.get("metadata"), dict) and _owned_by(pod, job) \
+                and not pod["metadata"].get("deletionTimestamp"):
+            existing.add(str(_index(pod)))
+    newest = {}
+    for event in events:
+        if not isinstance(event, dict) or event.get("reason") != "FailedCreate" or event.get("type") != "Warning":
+            continue
+        involved = event.get("involvedObject") if isinstance(event.get("involvedObject"), dict) else {}
+        if involved.get("kind") != "Job" or involved.get("name") != name or (
+                involved.get("uid") and uid and involved.get("uid") != uid):
+            continue
+        when = _event_time(event)
+        message = event.get("message")
+        found = _FORBIDDEN_JOB_POD.search(message) if isinstance(message, str) else None
+        if when is None or (born is not None and when < born) or not found:
+            continue
+        prefix, index = found.group(1), int(found.group(2))
+        marker = "-%d-" % index
+        if prefix != name and not (name.startswith(prefix) and len(prefix + marker) == _MAX_GENERATED_PREFIX):
+            continue
+        if not 0 <= index < wanted or str(index) in existing:
+            continue
+        if index not in newest or when >= newest[index][0]:
+            newest[index] = (when, message[found.end():])
+    by_why = {}
+    for index in sorted(newest):
+        why = newest[index][1]
+        refuser = next((who for words, who in _REFUSERS if words in why), "admission")
+        why = " ".join("".join(ch if ch.isprintable() else " " for ch in why[:4 * _REFUSAL_LIMIT]).split())
+        by_why.setdefault("refused by %s: %s" % (refuser, why), []).append(index)
+    lines = []
+    for why, indexes in sorted(by_why.items(), key=lambda item: item[1][0]):
+        text = "%s %s: %s" % ("workers" if len(indexes) > 1 else "worker", _indexes(indexes), why)
+        lines.append(text if len(text) <= _REFUSAL_LIMIT else text[:_REFUSAL_LIMIT - 3] + "...")
+    return "; ".join(lines)[:MESSAGE_LIMIT]
 
 
 # --------------------------------------------------------------------------- the operator's record
@@ -394,8 +476,11 @@ def _conditions(state, reason, message, generation):
     return [running, succeeded, failed, degraded]
 
 
-def status(tj, decision, job=None, queue=None):
-    """The operator's status fields of a TrainingJob (never the library's)."""
+def status(tj, decision, job=None, queue=None, events=None, pods=None):
+    """The operator's status fields of a TrainingJob (never the library's).  ``events``: the
+    Job's FailedCreate Events, ``pods``: its pods: while the Job runs and admission refuses a
+    worker's pod (job_pod_refusals), Degraded True PodCreateRefused with the refusal; the state
+    stays (the Job controller keeps trying, the run is looked at again while it starts)."""
     tj = tj or {}
     spec = normalize(tj.get("spec"))
     generation = int(((tj.get("metadata") or {}).get("generation")) or 0)
@@ -424,6 +509,11 @@ def status(tj, decision, job=None, queue=None):
     if queued and result["queue"].get("message"):
         d = dict(d, message=result["queue"]["message"])
     result["conditions"] = _conditions(state, d.get("reason") or state, d.get("message") or "", generation)
+    refused = job_pod_refusals(job, events, pods, spec["numWorkers"]) \
+        if d.get("run") and state in ("Pending", "Initializing", "Running") else ""
+    if refused:
+        result["conditions"][3] = {"type": "Degraded", "status": "True", "reason": REASON_POD_CREATE_REFUSED,
+                                   "message": refused, "observedGeneration": generation}
     for key in TRAINING_LIBRARY_STATUS_FIELDS:  # the library's (field manager torchdev-train)
         result.pop(key, None)
     return result

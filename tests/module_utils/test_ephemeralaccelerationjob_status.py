@@ -204,3 +204,98 @@ def test_settled(status, spec, now, expected):
 @pytest.mark.parametrize("requeue,period", [(None, ""), (0.2, "1s"), (239.5, "240s"), (3540.0, "3540s")])
 def test_requeue(requeue, period):
     assert es.requeue({"requeue": requeue}) == period
+
+
+# --- a pod admission refuses (Degraded PodCreateRefused, a requeue that backs off) -------------
+QUOTA = "exceeded quota: compute, requested: pods=1, used: pods=1, limited: pods=1"
+REFUSAL = "pod ephemeralaccelerationjob-j refused by ResourceQuota: " + QUOTA
+
+
+def _status_body(message, code=403, reason="Forbidden"):
+    import json
+
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": message, "reason": reason, "details": {"name": "ephemeralaccelerationjob-j",
+                                                                          "kind": "pods"}, "code": code},
+                      separators=(",", ":"))
+
+
+def _failed(body, as_bytes=True):
+    # kubernetes.core.k8s: "Failed to apply object: {exc.body}" (the body bytes as Python shows them)
+    shown = repr((body + "\n").encode("utf-8")) if as_bytes else body
+    return {"failed": True, "msg": "Failed to apply object: %s" % shown, "reason": "Forbidden"}
+
+
+POD_REFUSAL_CASES = [
+    ("quota, the body as bytes", _failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: ' + QUOTA)),
+     REFUSAL),
+    ("quota, the body as text", _failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: ' + QUOTA),
+                                        as_bytes=False), REFUSAL),
+    ("Pod Security, quotes and non-ASCII in the words",
+     _failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: violates PodSecurity "restricted:latest": '
+                          'runAsNonRoot != true (container "inference" must set ´runAsNonRoot´)')),
+     'pod ephemeralaccelerationjob-j refused by PodSecurity: violates PodSecurity "restricted:latest": runAsNonRoot '
+     '!= true (container "inference" must set ´runAsNonRoot´)'),
+    ("LimitRange", _failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: maximum memory usage per '
+                                        'Container is 1Gi, but limit is 2Gi')),
+     "pod ephemeralaccelerationjob-j refused by LimitRange: maximum memory usage per Container is 1Gi, but limit "
+     "is 2Gi"),
+    ("control characters shown as text", _failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: '
+                                                              "no\x1b[2J\u2028{{ 7*7 }}")),
+     "pod ephemeralaccelerationjob-j refused by admission: no [2J {{ 7*7 }}"),
+    ("huge words bounded", _failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: ' + "y" * 9000)),
+     "pod ephemeralaccelerationjob-j refused by admission: " + "y" * 456 + "..."),
+    ("another pod named", _failed(_status_body('pods "ephemeralaccelerationjob-k" is forbidden: ' + QUOTA)), ""),
+    ("another object refused", _failed(_status_body('persistentvolumeclaims "artifacts-j" is forbidden: ' + QUOTA)),
+     ""),
+    ("not a 403", _failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: ' + QUOTA, code=422)), ""),
+    ("a conflict", _failed(_status_body("Operation cannot be fulfilled", code=409, reason="Conflict")), ""),
+    ("a broken connection", {"failed": True, "msg": "Failed to apply object: ('Connection aborted.', "
+                                                    "RemoteDisconnected('Remote end closed connection'))"}, ""),
+    ("not JSON", {"failed": True, "msg": "Failed to apply object: b'{not json}'"}, ""),
+    ("as the tasks after the apply read it (failed_when cleared failed)",
+     dict(_failed(_status_body('pods "ephemeralaccelerationjob-j" is forbidden: ' + QUOTA)), failed=False), REFUSAL),
+    ("a success", {"changed": True, "result": {}}, ""),
+    ("skipped", {"skipped": True, "changed": False}, ""),
+    ("odd msg", {"failed": True, "msg": ["x"]}, ""),
+    ("none", None, ""),
+]
+
+
+@pytest.mark.parametrize("name,register,expected", POD_REFUSAL_CASES, ids=[c[0] for c in POD_REFUSAL_CASES])
+def test_pod_refusal(name, register, expected):
+    assert es.pod_refusal(register, "j") == expected
+
+
+def _refused_since(since):
+    return _eaj({"phase": "Pending", "conditions": [
+        {"type": "Degraded", "status": "True", "reason": "PodCreateRefused", "lastTransitionTime": since}]})
+
+
+@pytest.mark.parametrize("obj,requeue", [
+    (_eaj(), 5.0),                                   # news: look again in 5 s
+    (_refused_since("2026-01-01T00:09:50Z"), 10.0),  # refused for 10 s: as long again
+    (_refused_since("2026-01-01T00:09:58Z"), 5.0),   # at least 5 s
+    (_refused_since("2026-01-01T00:00:00Z"), 60.0),  # at most 60 s
+    (_refused_since("2026-01-01T00:20:00Z"), 5.0),   # a transition in the future
+    (_refused_since("soon"), 5.0), (_refused_since(None), 5.0),
+])
+def test_a_refused_pod_keeps_the_job_pending_and_backs_off(obj, requeue):
+    pending = es.decide(obj, None, _owned("PersistentVolumeClaim", "artifacts-j"), None, NOW, 1)
+    assert pending["phase"] == "Pending" and pending["requeue"] == 1
+    decision = es.refused(pending, REFUSAL, obj, NOW)
+    assert decision["requeue"] == requeue and decision["message"] == "the inference " + REFUSAL
+    status = es.status(obj, decision)
+    assert status["phase"] == "Pending" and status["message"] == "the inference " + REFUSAL
+    degraded = [c for c in status["conditions"] if c["type"] == "Degraded"][0]
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "PodCreateRefused", REFUSAL)
+    assert es.requeue(decision) == "%ds" % requeue
+
+
+def test_no_refusal_changes_nothing():
+    pending = es.decide(_eaj(), None, None, None, NOW, 1)
+    assert es.refused(pending, "", _eaj(), NOW) is pending
+    running = dict(pending, phase="Running")
+    assert es.refused(running, REFUSAL, _eaj(), NOW) is running
+    assert [c for c in es.status(_eaj(), pending)["conditions"] if c["type"] == "Degraded"][0]["reason"] == \
+        "AsExpected"

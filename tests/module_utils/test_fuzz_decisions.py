@@ -287,6 +287,20 @@ PARAMS = {
 OVERRIDES = {("kueue", "owner"): STS, ("startup", "value"): DEVSERVER["status"]["startup"],
              ("conditions", "desired"): CONDITIONS, ("devuser", "namespace"): PARAMS["namespace_"],
              ("devuser", "observed"): [STS, PVC], ("devuser", "desired"): [STS]}
+# The Job controller's FailedCreate Event (a TrainingJob's worker refused) and the failed apply of an
+# EphemeralAccelerationJob's pod (kube-apiserver's 403): anyone's text in the namespace, the API server's words.
+OVERRIDES.update({
+    ("trainingjob_status", "events"): [{"type": "Warning", "reason": "FailedCreate", "lastTimestamp": NOW,
+                                        "involvedObject": {"kind": "Job", "name": "mnist-cpu", "uid": "job-1"},
+                                        "message": 'Error creating: pods "mnist-cpu-0-abcde" is forbidden: exceeded '
+                                                   "quota: q"}],
+    ("ephemeralaccelerationjob_status", "register"): {
+        "failed": True, "reason": "Forbidden",
+        "msg": "Failed to apply object: b'%s\\n'" % json.dumps(
+            {"kind": "Status", "code": 403, "message": 'pods "ephemeralaccelerationjob-s" is forbidden: exceeded quota: q'}
+        ).replace("\\", "\\\\")},
+})
+PARAMS.update({"workers": 2, "refusal": "pod ephemeralaccelerationjob-s refused by ResourceQuota: exceeded quota: q"})
 
 
 # The parameters that carry what a user or a pod writes (a spec, a report, the live objects
@@ -347,7 +361,7 @@ FUZZED = {
     "ephemeralaccelerationjob": ["normalize", "in_volume", "is_model_file", "spec_problem", "claim_spec",
                                  "runner_args", "env", "resources", "tolerations"],
     "ephemeralaccelerationjob_status": ["pod_failure", "decide", "converge", "status", "rejected_status", "settled",
-                                        "requeue"],
+                                        "requeue", "pod_refusal", "refused"],
     "flavor": ["flavor_hash", "flavor_gpu_count", "flavor_errors", "resources", "flavor_users", "flavor_notices",
                "flavor_problem", "flavor_status"],
     "kueue": ["labels_of", "queue_name", "workload_of", "condition", "admitted", "pending_entry", "position",
@@ -364,7 +378,7 @@ FUZZED = {
                     "spec_problem", "env", "resources", "tolerations", "hyperparameters", "keep_suspend",
                     "keep_live_template", "attempt_of"],
     "trainingjob_status": ["duration", "backoff", "worker_failure", "image_pull_failure", "decide", "status",
-                           "rejected_status", "requeue", "ledger", "ledger_of", "ledger_patch"],
+                           "rejected_status", "requeue", "ledger", "ledger_of", "ledger_patch", "job_pod_refusals"],
     "usage": ["decimal", "record_name", "usage_record_name", "ended_reservation", "close_spec", "usage_spec",
               "usage_record", "usage_write_needed", "usage_prune_due", "orphaned", "usage_prune", "usage_summary",
               "job_usage_record", "job_usage_record_name"],

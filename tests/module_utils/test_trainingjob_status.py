@@ -187,3 +187,108 @@ def test_decide_reports_a_missing_priority_class_of_a_job_to_run(tj, kueue, prob
         assert got["problem"] is None
     else:
         assert got["run"] and got["problem"]["reason"] == "InvalidSpec" and problem in got["problem"]["message"]
+
+
+# --- a Job whose pods admission refuses (Degraded PodCreateRefused) ---------------------------
+BORN = "2026-01-01T00:05:00Z"
+QUOTA = "exceeded quota: compute, requested: pods=1, used: pods=1, limited: pods=1"
+REFUSED_0 = "worker 0: refused by ResourceQuota: " + QUOTA
+
+
+def _live_job(uid="j1", name="t"):
+    return {"metadata": {"name": name, "uid": uid, "creationTimestamp": BORN}, "spec": {}, "status": {}}
+
+
+def _refusal(pod="t-0-abcde", why=QUOTA, uid="j1", kind="Job", name="t", at="2026-01-01T00:06:00Z", **extra):
+    event = {"type": "Warning", "reason": "FailedCreate", "lastTimestamp": at,
+             "involvedObject": {"kind": kind, "name": name, "uid": uid},
+             "message": 'Error creating: pods "%s" is forbidden: %s' % (pod, why)}
+    event.update(extra)
+    return event
+
+
+REFUSAL_CASES = [
+    ("one worker refused", [_refusal()], [], REFUSED_0),
+    ("aggregated by the event recorder", [_refusal(message='(combined from similar events): Error creating: pods '
+                                                             '"t-0-zzzzz" is forbidden: ' + QUOTA)], [], REFUSED_0),
+    ("workers refused alike share a line", [_refusal(), _refusal("t-1-bcdef"), _refusal("t-3-cdefg")], [],
+     "workers 0-1,3: refused by ResourceQuota: " + QUOTA),
+    ("different refusals, one line each", [_refusal(), _refusal("t-1-bcdef", why='violates PodSecurity '
+                                                                                 '"restricted:latest": runAsNonRoot')],
+     [], REFUSED_0 + '; worker 1: refused by PodSecurity: violates PodSecurity "restricted:latest": runAsNonRoot'),
+    ("LimitRange", [_refusal(why="maximum cpu usage per Container is 1, but limit is 2")], [],
+     "worker 0: refused by LimitRange: maximum cpu usage per Container is 1, but limit is 2"),
+    ("another admission", [_refusal(why="admission webhook said no")], [],
+     "worker 0: refused by admission: admission webhook said no"),
+    ("the newest Event of a worker counts", [_refusal(why="old", at="2026-01-01T00:06:00Z"),
+                                             _refusal(at="2026-01-01T00:07:00Z"),
+                                             _refusal(why="older", at="2026-01-01T00:05:30Z")], [], REFUSED_0),
+    ("eventTime and series count", [_refusal(lastTimestamp=None, eventTime="2026-01-01T00:06:00.123456Z")], [],
+     REFUSED_0),
+    ("the worker's pod exists: cleared", [_refusal()], [_pod(0, phase="Running")], ""),
+    ("a pod being deleted does not clear it", [_refusal()],
+     [dict(_pod(0, phase="Running"), metadata=dict(_pod(0)["metadata"], deletionTimestamp=NOW))], REFUSED_0),
+    ("another Job's pod of that index does not clear it", [_refusal()], [_pod(0, phase="Running", uid="other")],
+     REFUSED_0),
+    ("an Event older than the Job (an earlier attempt)", [_refusal(at="2026-01-01T00:04:00Z")], [], ""),
+    ("an Event of another Job uid", [_refusal(uid="j0")], [], ""),
+    ("an Event without a uid still names the Job", [_refusal(uid=None)], [], REFUSED_0),
+    ("an Event about another Job", [_refusal(name="u", pod="u-0-abcde")], [], ""),
+    ("an Event about a StatefulSet", [_refusal(kind="StatefulSet")], [], ""),
+    ("a pod of another job named in the message", [_refusal(pod="tt-0-abcde")], [], ""),
+    ("a worker past numWorkers", [_refusal(pod="t-2-abcde")], [], ""),
+    ("a Normal Event", [_refusal(type="Normal")], [], ""),
+    ("another reason", [_refusal(reason="FailedScheduling")], [], ""),
+    ("no time", [_refusal(lastTimestamp=None)], [], ""),
+    ("a time that is not one", [_refusal(at="yesterday")], [], ""),
+    ("a message that is not text", [_refusal(message=["pods"])], [], ""),
+    ("no forbidden pod in the message", [_refusal(message="Error creating: the server was unable to respond")],
+     [], ""),
+    ("control characters and Jinja are shown as text", [_refusal(why="no\x1b[31m {{ lookup('env','HOME') }}\n")],
+     [], "worker 0: refused by admission: no [31m {{ lookup('env','HOME') }}"),
+    ("a huge message is bounded", [_refusal(why="x" * 100000)], [], "worker 0: refused by admission: " + "x" * 477 + "..."),
+    ("odd entries are skipped", [None, 3, "x", {}, {"involvedObject": "Job"}, _refusal()], [None, {"metadata": 1}],
+     REFUSED_0),
+]
+
+
+@pytest.mark.parametrize("name,events,pods,expected", REFUSAL_CASES, ids=[c[0] for c in REFUSAL_CASES])
+def test_job_pod_refusals(name, events, pods, expected):
+    # numWorkers 4 in the "share a line" row, else 2
+    workers = 4 if "share" in name else 2
+    assert ts.job_pod_refusals(_live_job(), events, pods, workers) == expected
+
+
+def test_a_long_job_name_is_cut_in_its_pods_names():
+    name = "a" * 60
+    prefix = name[:58 - 3]   # names.MaxGeneratedNameLength 58, "-0-" kept
+    event = _refusal(pod=prefix + "-0-abcde", name=name)
+    assert ts.job_pod_refusals(_live_job(name=name), [event], [], 1) == REFUSED_0
+    assert ts.job_pod_refusals(_live_job(name=name), [_refusal(pod="a" * 20 + "-0-abcde", name=name)], [], 1) == ""
+
+
+@pytest.mark.parametrize("job,events,pods,workers", [
+    (None, [_refusal()], [], 2), ({"metadata": "x"}, [_refusal()], [], 2), (_live_job(), None, [], 2),
+    (_live_job(), "events", [], 2), (_live_job(), [_refusal()], "pods", 2), (_live_job(), [_refusal()], [], "two"),
+    (_live_job(), [_refusal()], [], None), ({"metadata": {"name": 3}}, [_refusal()], [], 2)])
+def test_job_pod_refusals_of_odd_input(job, events, pods, workers):
+    assert ts.job_pod_refusals(job, events, pods, workers) in ("", REFUSED_0)
+
+
+def test_the_status_shows_refused_workers_while_the_job_starts_and_clears():
+    tj, job = _tj(), _live_job()
+    starting = ts.decide(tj, job, [], NOW)
+    assert starting["state"] == "Initializing" and starting["run"]
+    refused = ts.status(tj, starting, job, events=[_refusal()], pods=[])
+    degraded = [c for c in refused["conditions"] if c["type"] == "Degraded"][0]
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "PodCreateRefused", REFUSED_0)
+    assert refused["state"] == "Initializing"
+    # the same Events again: the same status (no write, no second Event)
+    assert ts.status(tj, starting, job, events=[_refusal()], pods=[]) == refused
+    # the pod exists: cleared
+    created = ts.status(tj, starting, job, events=[_refusal()], pods=[_pod(0, phase="Running")])
+    assert [c for c in created["conditions"] if c["type"] == "Degraded"][0]["reason"] == "AsExpected"
+    # a queued (suspended) Job or a Job not run shows none
+    queued = ts.decide(tj, dict(job, spec={"suspend": True}), [], NOW)
+    assert [c for c in ts.status(tj, queued, job, events=[_refusal()], pods=[])["conditions"]
+            if c["type"] == "Degraded"][0]["reason"] == "AsExpected"
