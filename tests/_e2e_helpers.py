@@ -58,15 +58,29 @@ def wait_degraded(sim, kube, ns, name, reason, timeout=60) -> dict:
     return sim.wait_for(degraded, timeout, interval=0.1, message=f"{ns}/{name} Degraded/{reason}")
 
 
-def reconcile_again(sim, runtime, ns, name, times=2) -> None:
-    """``times`` more reconciles of the DevServer, each waited for, the runtime idle before and
-    after (a status that holds, an Event sent once)."""
+def reconcile_again(sim, runtime, ns, name, times=2, kind="DevServer") -> None:
+    """``times`` more reconciles of the ``kind`` object, each waited for, the runtime idle before
+    and after (a status that holds, an Event sent once)."""
     assert runtime.wait_idle(120)
     for _ in range(times):
-        before = runtime.counters("DevServer")["succeeded"]
-        runtime.enqueue("DevServer", ns, name)
-        sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60, message="another reconcile")
+        before = runtime.counters(kind)["succeeded"]
+        runtime.enqueue(kind, ns, name)
+        sim.wait_for(lambda: runtime.counters(kind)["succeeded"] > before, 60, message="another reconcile")
     assert runtime.wait_idle(120)
+
+
+def set_quota(sim, kube, ns, hard, create=False) -> None:
+    """The namespace's ResourceQuota `compute` with ``hard``: created (then waited for until the
+    quota controller has counted it: kube-apiserver refuses what a quota counts until it has written
+    status.hard), or patched."""
+    spec = {"hard": hard}
+    if not create:
+        kube["core"].patch_namespaced_resource_quota("compute", ns, {"spec": spec})
+        return
+    kube["core"].create_namespaced_resource_quota(ns, {"apiVersion": "v1", "kind": "ResourceQuota",
+                                                       "metadata": {"name": "compute"}, "spec": spec})
+    sim.wait_for(lambda: (kube["core"].read_namespaced_resource_quota("compute", ns).status.hard or {}) == hard,
+                 30, message="the quota counted")
 
 
 def warning_events(kube, ns, name, reason) -> list:

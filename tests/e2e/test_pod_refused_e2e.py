@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import pytest
 
-from _e2e_helpers import (GROUP, VERSION, condition, devserver, get_ds, reconcile_again, wait_degraded, wait_ready,
-                          warning_events)
+from _e2e_helpers import (GROUP, VERSION, condition, devserver, get_ds, reconcile_again, set_quota, wait_degraded,
+                          wait_ready, warning_events)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -30,20 +30,8 @@ REFUSAL = ("replica 0 (pod refused-0): refused by ResourceQuota: exceeded quota:
            "used: requests.cpu=2, limited: requests.cpu=3")
 
 
-def _quota(kube, ns, cpu, create=False):
-    spec = {"hard": {"requests.cpu": cpu}}
-    if create:
-        kube["core"].create_namespaced_resource_quota(ns, {"apiVersion": "v1", "kind": "ResourceQuota",
-                                                           "metadata": {"name": "compute"}, "spec": spec})
-    else:
-        kube["core"].patch_namespaced_resource_quota("compute", ns, {"spec": spec})
-
-
 def test_a_pod_the_quota_refuses_is_degraded_with_one_event_then_recovers(sim, kube, runtime, ns):
-    _quota(kube, ns, "3", create=True)
-    # kube-apiserver refuses what a quota counts until the quota controller has written status.hard
-    sim.wait_for(lambda: (kube["core"].read_namespaced_resource_quota("compute", ns).status.hard or {})
-                 .get("requests.cpu") == "3", 30, message="the quota counted")
+    set_quota(sim, kube, ns, {"requests.cpu": "3"}, create=True)
     kube["core"].create_namespaced_pod(ns, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder"},
         "spec": {"containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "infinity"],
@@ -65,7 +53,7 @@ def test_a_pod_the_quota_refuses_is_degraded_with_one_event_then_recovers(sim, k
     assert events[0].involved_object.kind == "DevServer"
 
     # An admin raises the quota: the controller's next try creates the pod, the server runs.
-    _quota(kube, ns, "4")
+    set_quota(sim, kube, ns, {"requests.cpu": "4"})
     obj = wait_ready(sim, kube, ns, NAME, timeout=180)
     assert obj["status"]["phase"] == "Running"
     assert (condition(obj, "Degraded")["status"], condition(obj, "Degraded")["reason"]) == ("False", "AsExpected")
