@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """`make demo`: a DevServer from nothing to Ready, then stop what we started.
 
-Cluster: the embedded simulator (kubesim) with a GPU node pool, unless $KUBECONFIG is set
-and answers. On kubesim everything goes away with it: it installs the CRDs, runs the operator
-with the local runtime and watches.yaml, creates the sample flavors and a standalone
-DevServer, waits for Ready, shows `devctl list` and `devctl get`.
+Cluster (--cluster): the embedded simulator (kubesim) with a GPU node pool, unless $KUBECONFIG
+is set and answers (auto, the default). On kubesim everything goes away with it: it installs
+the CRDs, runs the operator with the local runtime and watches.yaml, creates the sample flavors
+and a standalone DevServer, waits for Ready, shows `devctl list` and `devctl get`.
+
+`--cluster real` (`make demo CLUSTER=real`) does the same on the real control plane of the test
+tier (hack/cluster/stack.py: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and
+kwok's nodes, built by `make cluster-build`) with the real ansible-operator (`make
+operator-build`; the image's Python, the operator's own ServiceAccount and config/rbac), and
+stops them at the end.
 
 On a real cluster the demo first says what it will create and asks (or needs --yes, and
 refuses without a terminal), and then touches only what it creates:
@@ -275,18 +281,28 @@ def stop(proc: subprocess.Popen | None, name: str) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", choices=("auto", "kubesim", "real"), default="auto",
+                    help="auto: the cluster in $KUBECONFIG when it answers, else kubesim; kubesim: the embedded "
+                         "simulator; real: the real control plane and ansible-operator started here (make "
+                         "cluster-build operator-build); default %(default)s")
     ap.add_argument("--keep", action="store_true", help="leave the cluster, operator and demo objects in place")
     ap.add_argument("--yes", action="store_true",
                     help="on a real cluster ($KUBECONFIG): agree to what the demo will create without asking")
     ap.add_argument("--flavor", default=DEFAULT_FLAVOR,
                     help="the DevServer's flavor (default %(default)s): on a real cluster one that exists, "
                          "else a copy of the sample of that name")
-    ap.add_argument("--timeout", type=int, default=120, help="seconds to wait for Ready")
+    ap.add_argument("--timeout", type=int, help="seconds to wait for Ready (default 120, with --cluster real 300)")
     ap.add_argument("--cleanup-timeout", type=int, default=300,
                     help="on a real cluster: seconds to wait for the namespace and flavor to be gone")
     ap.add_argument("--workdir", type=pathlib.Path, default=ROOT / ".demo",
                     help="logs, kubeconfig and files of the demo (default .demo; emptied first)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.cluster == "real" and args.keep:
+        ap.error("--keep needs a cluster that outlives the demo: start one with `make cluster`, export its "
+                 "KUBECONFIG and run the demo there")
+    if args.timeout is None:
+        args.timeout = 300 if args.cluster == "real" else 120
+    return args
 
 
 def free_port() -> int:
@@ -341,6 +357,20 @@ def start_operator(workdir: pathlib.Path, namespace: str | None, metrics_port: i
                             stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
 
 
+class RealOperator:
+    """The real ansible-operator (hack/ansible_operator): its log and metrics port, `stop()`."""
+
+    def __init__(self, kubeconfig: str, workdir: pathlib.Path):
+        from hack.ansible_operator.run import AnsibleOperator
+
+        self.operator = AnsibleOperator(kubeconfig, workdir).start()
+        self.log = self.operator.log_path
+        self.metrics_port = self.operator.metrics_port
+
+    def stop(self) -> None:
+        self.operator.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     env = dict(os.environ)
@@ -350,13 +380,31 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("DEVCTL_CONFIG", str(workdir / "devctl.yaml"))
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    sim = operator = exporter = plan = created = None
+    sim = operator = exporter = plan = created = stack = None
+    operator_log = workdir / "operator.log"
     namespace = SIM_NAMESPACE
     flavor = args.flavor
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _interrupt)  # SystemExit(128 + signal): the finally below cleans up
     try:
-        if cluster_reachable(env):
+        if args.cluster == "real":
+            if str(ROOT) not in sys.path:  # run as a script (make demo): hack/ is sys.path[0]
+                sys.path.insert(0, str(ROOT))
+            from hack.cluster.stack import Stack
+
+            step("Starting the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
+                 "kwok's nodes), its storage, the CRDs and the sample flavors")
+            t0 = time.monotonic()
+            stack = Stack(workdir / "real", NODES)
+            try:
+                stack.up()
+            except Exception as err:  # noqa: BLE001 - one line, then the finally stops what started
+                raise SystemExit(f"error: the real control plane did not start ({err}); run `make cluster-build` "
+                                 f"first; logs in {workdir / 'real' / 'cluster' / 'logs'}") from None
+            env["KUBECONFIG"] = stack.kubeconfig
+            print(f"control plane ready in {time.monotonic() - t0:.1f}s; KUBECONFIG={stack.kubeconfig}")
+            kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type", env=env)
+        elif args.cluster == "auto" and cluster_reachable(env):
             step(f"Using the cluster in $KUBECONFIG ({env['KUBECONFIG']})")
             proposed = plan_for(env, args.flavor)
             confirm(proposed, args.yes, sys.stdin.isatty())
@@ -377,12 +425,19 @@ def main(argv: list[str] | None = None) -> int:
             kubectl("apply", "--server-side", "-k", str(ROOT / "config" / "crd"), env=env)
             kubectl("wait", "--for=condition=Established", "--timeout=30s", *(f"crd/{n}" for n in crds()), env=env)
 
-        runtime_metrics_port = free_port()
-        step("Starting the operator (local runtime; "
-             + (f"the demo's watches {workdir / 'watches.yaml'}, namespace {namespace}" if plan
-                else "watches.yaml -> roles/")
-             + f"; reconcile metrics on http://127.0.0.1:{runtime_metrics_port}/metrics)")
-        operator = start_operator(workdir, namespace if plan else None, runtime_metrics_port, env)
+        if stack:
+            step("Starting the real ansible-operator (the image's Python, watches.yaml -> roles/, its own "
+                 "ServiceAccount and config/rbac)")
+            operator = RealOperator(env["KUBECONFIG"], workdir / "operator")
+            operator_log, runtime_metrics_port = operator.log, operator.metrics_port
+            print(f"reconcile metrics on http://127.0.0.1:{runtime_metrics_port}/metrics; log {operator_log}")
+        else:
+            runtime_metrics_port = free_port()
+            step("Starting the operator (local runtime; "
+                 + (f"the demo's watches {workdir / 'watches.yaml'}, namespace {namespace}" if plan
+                    else "watches.yaml -> roles/")
+                 + f"; reconcile metrics on http://127.0.0.1:{runtime_metrics_port}/metrics)")
+            operator = start_operator(workdir, namespace if plan else None, runtime_metrics_port, env)
 
         metrics_port = free_port()
         step(f"Starting the metrics exporter (torchdev-exporter, http://127.0.0.1:{metrics_port}/metrics)")
@@ -411,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--timeout", str(args.timeout), env=env, check=False)
         if r.returncode != 0:
             print("\n--- operator log (tail) ---", file=sys.stderr)
-            print("".join((workdir / "operator.log").read_text().splitlines(True)[-60:]), file=sys.stderr)
+            print("".join(operator_log.read_text().splitlines(True)[-60:]), file=sys.stderr)
             return 1
         print(f"Ready in {time.monotonic() - t0:.1f}s")
 
@@ -446,8 +501,13 @@ def main(argv: list[str] | None = None) -> int:
         stop(exporter, "exporter")
         if created is not None:
             remove(created, operator, env, args.cleanup_timeout)
-        stop(operator, "operator")
+        if isinstance(operator, RealOperator):
+            operator.stop()
+        else:
+            stop(operator, "operator")
         stop(sim, "kubesim")
+        if stack:
+            stack.down()
         print("done")
 
 
