@@ -5,6 +5,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The image's Python (ansible-core 2.18, ansible-runner 2.4): make test-image, the real ansible-operator.
+IMAGE_VENV ?= .venv-image
+IMAGE_STAMP := $(IMAGE_VENV)/.setup-stamp
 STAMP := $(VENV)/.setup-stamp
 # checkov cannot share .venv (its pins conflict with ours): its own virtualenv and lock file.
 CHECKOV_VENV ?= .venv-checkov
@@ -51,8 +54,9 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements.yml
 
 setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 
-demo: setup ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep)
-	$(BIN)/python hack/demo.py $(DEMO_ARGS)
+# CLUSTER=real: the real control plane and ansible-operator of the test tier (built first).
+demo: setup $(if $(filter real,$(CLUSTER)),cluster-build operator-build $(IMAGE_STAMP)) ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep; CLUSTER=real: on the real control plane and ansible-operator)
+	$(BIN)/python hack/demo.py $(if $(CLUSTER),--cluster $(CLUSTER)) $(DEMO_ARGS)
 
 deps: ## The Debian packages some tests run (openssh-server, prometheus): installed as root with apt, else one line naming the command
 	@bash hack/deps.sh
@@ -169,10 +173,8 @@ $(S3_STAMP): requirements-s3.txt $(STAMP)
 # `make test-image`: the operator image without Docker (hack/image.py): the base image's Python
 # (3.12) and packages (requirements-image.txt) in their own virtualenv, HOME laid out by the
 # Dockerfile's own instructions.
-IMAGE_VENV ?= .venv-image
 IMAGE_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 IMAGE_HOME := .cache/image-home
-IMAGE_STAMP := $(IMAGE_VENV)/.setup-stamp
 # Every role's end-to-end tests (DevServer with and without Kueue, lifecycle, usage records,
 # TrainingJob, DevUser, EphemeralAccelerationJob) with the roles run by the image's ansible-core, and
 # the template-injection table (issue 25.1: user text is never template input under 2.18 either).

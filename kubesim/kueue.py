@@ -32,6 +32,9 @@ QUEUE_LABEL = f"{GROUP}/queue-name"
 PRIORITY_LABEL = f"{GROUP}/priority-class"
 JOB_UID_LABEL = f"{GROUP}/job-uid"
 ADMISSION_GATE = f"{GROUP}/admission"
+# Kueue v0.19's pod webhook adds this gate too while TopologyAwareScheduling is on (a beta feature,
+# on by default: pkg/controller/jobs/pod/pod_webhook.go); admission without TAS removes both.
+TOPOLOGY_GATE = f"{GROUP}/topology"
 # kubesim extension: 1-based position of a pending Workload in its ClusterQueue (for
 # humans and kubesim's own tests; clients use the visibility API below)
 POSITION_ANNOTATION = "kubesim.io/queue-position"

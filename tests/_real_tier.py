@@ -17,10 +17,9 @@ a counterpart here, so that a test asks the same question of both tiers:
   rc), ``counters`` from ansible-operator's metrics (controller_runtime_reconcile_total),
   ``wait_idle`` from its work queues' depth and active workers, ``enqueue`` by what makes
   ansible-operator reconcile an object (an annotation for a watch with watchAnnotationsChanges).
-* Volumes: the control plane has no provisioner; `Provisioner` binds each claim of kubesim's
-  storage classes (gp3, efs-sc, seeded here as kubesim seeds them) to a new hostPath volume, as
-  an external provisioner does (the PV controller's `volume.kubernetes.io/storage-provisioner`
-  annotation), and deletes a released volume whose reclaim policy is Delete.
+* The cluster itself is hack/cluster/stack.py's `Stack` (what `make demo CLUSTER=real` starts
+  too): the control plane, kubesim's storage classes with a provisioner of hostPath volumes,
+  torchdev's CRDs and sample flavors, and Kueue for the modules that ask for it.
 
 One control plane (with its operator) serves the modules that ask for the same nodes and Kueue
 setting; a module asking for others gets a fresh one.
@@ -38,8 +37,7 @@ import time
 import urllib.request
 from typing import Any, Callable
 
-from _e2e_helpers import GROUP, ROOT, VERSION, load
-from kubesim.cluster import SEED_OBJECTS
+from _e2e_helpers import GROUP, VERSION
 
 OPERATOR_USER = "system:serviceaccount:torchdev-system:torchdev-controller-manager"
 # kube-controller-manager's controllers (--use-service-account-credentials) as kubesim names them
@@ -52,12 +50,9 @@ MACHINERY_USERS = ("system:serviceaccount:kube-system:", "system:kube-", "system
 # The requests of the tests' `enqueue` (not the test's, not the operator's: kubesim's enqueue writes nothing).
 ENQUEUE_AGENT = "torchdev-e2e-enqueue/1.0"
 
-# kubesim's own storage classes (kubesim/cluster.py seeds them), so a claim binds on both tiers
-STORAGE_CLASSES = [o for o in SEED_OBJECTS if o["kind"] == "StorageClass"]
-PROVISIONERS = {c["provisioner"] for c in STORAGE_CLASSES}
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # The kinds whose watch sets watchAnnotationsChanges (watches.yaml): an annotation enqueues them.
-ANNOTATION_WATCHES = {"DevServer"}
+ANNOTATION_WATCHES = {"DevServer", "DevServerFlavor"}
 PLURALS = {"DevServer": "devservers", "DevServerFlavor": "devserverflavors", "DevUser": "devusers",
            "TrainingJob": "trainingjobs", "EphemeralAccelerationJob": "ephemeralaccelerationjobs"}
 CLUSTER_SCOPED = {"DevServerFlavor", "DevUser"}
@@ -226,69 +221,6 @@ class _Api:
         plural, _, group = resource.partition(".")
         api = client.CustomObjectsApi(config.new_client_from_config(self.sim.kubeconfig))
         return api.get_namespaced_custom_object(group, VERSION, namespace, plural, name)
-
-
-class Provisioner(threading.Thread):
-    """A static-volume provisioner for kubesim's storage classes (see the module's docstring)."""
-
-    def __init__(self, kubeconfig: str, root: pathlib.Path):
-        super().__init__(name="real-tier-provisioner", daemon=True)
-        from kubernetes import client, config
-
-        self.core = client.CoreV1Api(config.new_client_from_config(kubeconfig))
-        self.root = root
-        self.stopping = threading.Event()
-        self.errors: list[str] = []
-
-    def run(self) -> None:
-        from kubernetes.client import ApiException
-
-        while not self.stopping.wait(0.3):
-            try:
-                self._once()
-            except ApiException as err:  # the cluster may be going down
-                self.errors.append(str(err)[:300])
-            except Exception as err:  # noqa: BLE001 - urllib3 errors while stopping
-                self.errors.append(repr(err)[:300])
-
-    def _once(self) -> None:
-        from kubernetes.client import ApiException
-
-        classes = {c["metadata"]["name"]: c for c in STORAGE_CLASSES}
-        for pvc in self.core.list_persistent_volume_claim_for_all_namespaces().items:
-            ann = pvc.metadata.annotations or {}
-            prov = ann.get("volume.kubernetes.io/storage-provisioner") or ann.get(
-                "volume.beta.kubernetes.io/storage-provisioner")
-            if pvc.status.phase != "Pending" or prov not in PROVISIONERS or pvc.spec.volume_name:
-                continue
-            sc = classes.get(pvc.spec.storage_class_name or "")
-            name = "pvc-" + pvc.metadata.uid
-            try:
-                self.core.create_persistent_volume({
-                    "apiVersion": "v1", "kind": "PersistentVolume",
-                    "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": prov}},
-                    "spec": {"capacity": {"storage": pvc.spec.resources.requests["storage"]},
-                             "accessModes": pvc.spec.access_modes, "storageClassName": pvc.spec.storage_class_name,
-                             "persistentVolumeReclaimPolicy": (sc or {}).get("reclaimPolicy", "Delete"),
-                             "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                                          "namespace": pvc.metadata.namespace, "name": pvc.metadata.name,
-                                          "uid": pvc.metadata.uid},
-                             "hostPath": {"path": str(self.root / name)}}})
-            except ApiException as err:
-                if err.status != 409:
-                    raise
-        for pv in self.core.list_persistent_volume().items:
-            if (pv.status.phase == "Released" and pv.spec.persistent_volume_reclaim_policy == "Delete"
-                    and (pv.metadata.annotations or {}).get("pv.kubernetes.io/provisioned-by") in PROVISIONERS):
-                try:
-                    self.core.delete_persistent_volume(pv.metadata.name)
-                except ApiException as err:
-                    if err.status != 404:
-                        raise
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(10)
 
 
 class RealRuntime:
@@ -489,15 +421,12 @@ class RealTier:
         return self.parts
 
     def _start(self, nodes: str, kueue: bool) -> dict[str, Any]:
-        import subprocess
-
         import pytest
-        from kubernetes import client, config
-        from kubernetes.client import ApiException
 
         from hack.ansible_operator.run import BIN as OPERATOR_BIN
-        from hack.cluster.control_plane import BIN_DIR, ClusterError, ControlPlane, missing_binaries
-        from hack.kueue.run import BIN as KUEUE_BIN, Kueue
+        from hack.cluster.control_plane import BIN_DIR, missing_binaries
+        from hack.cluster.stack import Stack
+        from hack.kueue.run import BIN as KUEUE_BIN
 
         missing = missing_binaries() + [b.name for b in (OPERATOR_BIN, KUEUE_BIN) if not b.is_file()]
         if missing:
@@ -506,39 +435,11 @@ class RealTier:
         parts: dict[str, Any] = {}
         self.parts = parts
         work = pathlib.Path(tempfile.mkdtemp(prefix="real-", dir=self.root))
-        cp = ControlPlane(work / "cluster", nodes_spec=nodes, audit=True)
-        parts["cluster"] = cp
-        try:
-            cp.up()
-        except ClusterError as err:  # a component that died while starting on a loaded machine
-            print(f"the control plane did not start, starting it once more: {err}")
-            cp.up()
-        kubeconfig = str(cp.kubeconfig)
-        api = config.new_client_from_config(kubeconfig)
-        storage = client.StorageV1Api(api)
-        for sc in STORAGE_CLASSES:
-            storage.create_storage_class(sc)
-        parts["provisioner"] = Provisioner(kubeconfig, work / "volumes")
-        parts["provisioner"].start()
-        crds = subprocess.run([str(ROOT / ".venv" / "bin" / "kubectl"), "kustomize", str(ROOT / "config" / "crd")],
-                              check=True, capture_output=True, text=True).stdout
-        subprocess.run([str(ROOT / ".venv" / "bin" / "kubectl"), "--kubeconfig", kubeconfig, "apply",
-                        "--server-side", "-f", "-"], input=crds, check=True, capture_output=True, text=True)
-        subprocess.run([str(ROOT / ".venv" / "bin" / "kubectl"), "--kubeconfig", kubeconfig, "wait",
-                        "--for=condition=Established", "--timeout=120s", "crd", "--all"],
-                       check=True, capture_output=True, text=True)
-        cp.wait_quota_counts(f"count/devservers.{GROUP}")  # a DevUser's quota counts DevServers
-        custom = client.CustomObjectsApi(api)
-        for f in sorted((ROOT / "config" / "samples").glob("*devserverflavor*.yaml")):
-            try:
-                custom.create_cluster_custom_object(GROUP, VERSION, "devserverflavors", load(f))
-            except ApiException as err:
-                if err.status != 409:
-                    raise
-        if kueue:
-            parts["kueue"] = Kueue(cp.kubeconfig, work / "kueue").start()
-        parts["sim"] = RealSim(cp, parts.get("kueue"))
         parts["work"] = work
+        parts["stack"] = Stack(work, nodes, kueue=kueue, audit=True)
+        parts["stack"].up()  # on an error close() stops what started
+        parts["cluster"] = parts["stack"].cluster
+        parts["sim"] = RealSim(parts["cluster"], parts["stack"].kueue)
         return parts
 
     def runtime(self, env: dict[str, str], watches: str) -> RealRuntime:
@@ -559,14 +460,12 @@ class RealTier:
 
     def close(self) -> None:
         parts, self.parts, self.key = self.parts, {}, None
-        for name in ("operator", "kueue", "provisioner"):
+        for name in ("operator", "stack"):
             if name in parts:
                 try:
-                    parts[name].stop()
+                    parts[name].stop() if name == "operator" else parts[name].down()
                 except Exception:  # noqa: BLE001 - stop the rest
                     pass
-        if "cluster" in parts:
-            parts["cluster"].down()
         if "work" in parts and not os.environ.get("TORCHDEV_KEEP_REAL_TIER"):
             shutil.rmtree(parts["work"], ignore_errors=True)
 

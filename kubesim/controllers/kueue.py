@@ -142,8 +142,8 @@ class KueueController(Controller):
     def _add_gate(pod: Obj) -> None:
         spec = pod.setdefault("spec", {})
         gates = list(spec.get("schedulingGates") or [])
-        if not any(g.get("name") == kq.ADMISSION_GATE for g in gates):
-            spec["schedulingGates"] = gates + [{"name": kq.ADMISSION_GATE}]
+        names = {g.get("name") for g in gates}
+        spec["schedulingGates"] = gates + [{"name": n} for n in (kq.ADMISSION_GATE, kq.TOPOLOGY_GATE) if n not in names]
 
     # -- events -----------------------------------------------------------------------
     def initial_keys(self):
@@ -472,7 +472,8 @@ class KueueController(Controller):
                 continue
             new = dict(pod)
             new["spec"] = dict(pod["spec"])
-            rest = [g for g in pod["spec"]["schedulingGates"] if g.get("name") != kq.ADMISSION_GATE]
+            rest = [g for g in pod["spec"]["schedulingGates"]
+                    if g.get("name") not in (kq.ADMISSION_GATE, kq.TOPOLOGY_GATE)]
             if rest:
                 new["spec"]["schedulingGates"] = rest
             else:

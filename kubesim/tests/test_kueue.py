@@ -94,7 +94,7 @@ def running(sim, ns, name, n=1):
 def gated(sim, ns, name, n=1):
     pods = pods_of(sim, ns, name)
     return len(pods) == n and all(
-        p["spec"].get("schedulingGates") == [{"name": kq.ADMISSION_GATE}]
+        p["spec"].get("schedulingGates") == [{"name": kq.ADMISSION_GATE}, {"name": kq.TOPOLOGY_GATE}]
         and (cond(p, "PodScheduled") or {}).get("reason") == "SchedulingGated" for p in pods)
 
 
@@ -465,7 +465,8 @@ def pod_workload(sim, ns, name):
 
 
 def _pod_gated(sim, ns, name):
-    return get(sim, "pods", ns, name)["spec"].get("schedulingGates") == [{"name": kq.ADMISSION_GATE}]
+    return get(sim, "pods", ns, name)["spec"].get("schedulingGates") == [
+        {"name": kq.ADMISSION_GATE}, {"name": kq.TOPOLOGY_GATE}]
 
 
 def _pod_phase(sim, ns, name):

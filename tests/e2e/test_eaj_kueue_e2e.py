@@ -64,7 +64,7 @@ def test_a_gpu_job_waits_in_the_queue_behind_a_full_quota(sim, kube, runtime, ns
         quota_reserved(workload_of(kube, ns, second))), 60, interval=0.1, message="the second job's Workload pending")
     assert "nvidia.com/gpu" in waiting["message"]
     second = pod_of(kube, ns, "second")
-    assert [g.name for g in second.spec.scheduling_gates or []] == [kq.ADMISSION_GATE]
+    assert [g.name for g in second.spec.scheduling_gates or []] == [kq.ADMISSION_GATE, kq.TOPOLOGY_GATE]
     assert second.status.phase == "Pending"
     wait_phase(sim, kube, ns, "second", "Pending")
 
