@@ -503,6 +503,10 @@ def rejected_spec_status(cr, problem, sts=None, pods=None, now=None):
     return status
 
 
+# How often a DevServer whose home the role may not grow yet (HomeResized False) is looked at again.
+HOME_RESIZE_LOOK = 600
+
+
 def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previous=None):
     """How soon to look again at a DevServer ("" when nothing is due).
 
@@ -525,6 +529,11 @@ def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previou
     periods = []
     if deadline:
         periods.append(int(str(deadline).rstrip("s")))
+    if any(isinstance(c, dict) and c.get("type") == "HomeResized" and c.get("status") == "False"
+           for c in status.get("conditions") or []):
+        # A home the role may not grow yet (HomeResized False): the StorageClass is not watched,
+        # so an admin's allowVolumeExpansion (or the claim binding) is seen at this look.
+        periods.append(HOME_RESIZE_LOOK)
     if status.get("phase") == "Running" and not reservation_active(status.get("reservation")):
         # Running without a reservation under way: the replicas became ready between the run's
         # look at the StatefulSet (the lifecycle's input: not running yet) and its apply (whose

@@ -117,6 +117,16 @@ def test_start_time_is_kept_while_running():
           reservation={"startedAt": "2026-01-01T00:00:00Z", "endedAt": "2026-01-01T00:00:00Z"}), "2026-01-01T00:00:01Z", "2s"),
     ({"phase": "Suspended"}, None, ""),
     ({}, None, ""),
+    # a home the role may not grow yet: looked at every 10 minutes (the StorageClass is not watched)
+    ({"phase": "Running", "reservation": {"startedAt": "2026-01-01T00:00:00Z"},
+      "conditions": [{"type": "HomeResized", "status": "False", "reason": "ResizeNotSupported"}]}, None, "600s"),
+    ({"phase": "Running", "reservation": {"startedAt": "2026-01-01T00:00:00Z"},
+      "conditions": [{"type": "HomeResized", "status": "True", "reason": "AsRequested"}]}, None, ""),
+    (dict(_progressing_since("2026-01-01T00:00:00Z"), conditions=[
+        {"type": "HomeResized", "status": "False", "reason": "ResizePending"},
+        {"type": "Progressing", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]),
+     "2026-01-01T00:00:01Z", "2s"),                                                 # the sooner wins
+    ({"phase": "Running", "conditions": ["junk", None]}, "2026-01-01T00:00:01Z", "2s"),
 ])
 def test_requeue_period(status, now, expected):
     assert devserver_status.requeue_period(status, now) == expected
