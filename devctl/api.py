@@ -306,17 +306,24 @@ class Api:
         return self.to_dict(self._call(self.apps.read_namespaced_stateful_set, name, namespace,
                                        kind="statefulset", name=name, namespace=namespace))
 
+    def _list_raw(self, fn: Callable, namespace: str, field_selector: str) -> list[dict]:
+        """A list as the API server sent it (JSON), not the client's models: an Event written
+        through core/v1 (kube-controller-manager's, the operator's) has no eventTime, which
+        events.k8s.io/v1 serves as null and the client's EventsV1Event refuses to load."""
+        response = self._call(fn, namespace, field_selector=field_selector, _preload_content=False,
+                              kind="event", namespace=namespace)
+        try:
+            body = json.loads(response.data)
+        except (TypeError, ValueError):
+            raise ApiError(f"the Kubernetes API at {self.host} answered the events list with no JSON") from None
+        items = body.get("items") if isinstance(body, dict) else None
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
     def list_core_events(self, namespace: str, object_name: str) -> list[dict]:
-        result = self._call(self.core.list_namespaced_event, namespace,
-                            field_selector=f"involvedObject.name={object_name}",
-                            kind="event", namespace=namespace)
-        return list(self.to_dict(result).get("items") or [])
+        return self._list_raw(self.core.list_namespaced_event, namespace, f"involvedObject.name={object_name}")
 
     def list_events_v1(self, namespace: str, object_name: str) -> list[dict]:
-        result = self._call(self.events_v1.list_namespaced_event, namespace,
-                            field_selector=f"regarding.name={object_name}",
-                            kind="event", namespace=namespace)
-        return list(self.to_dict(result).get("items") or [])
+        return self._list_raw(self.events_v1.list_namespaced_event, namespace, f"regarding.name={object_name}")
 
     def get_namespace(self, name: str) -> dict:
         return self.to_dict(self._call(self.core.read_namespace, name, kind="namespace", name=name))

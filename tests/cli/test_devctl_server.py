@@ -4,6 +4,7 @@ No operator runs here; tests write DevServer status themselves like the operator
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -441,6 +442,34 @@ def test_get_includes_events_k8s_io_v1_once(devctl, cluster, ns):
     events = out[out.index("Events:"):]
     assert events.count("NewStyle") == 1 and events.count("OldStyle") == 1
     assert events.index("OldStyle") < events.index("NewStyle")
+
+
+def test_get_reads_an_event_without_event_time(devctl, cluster, ns, sim):
+    """What kube-apiserver serves through events.k8s.io/v1 for an Event written through core/v1
+    (kube-controller-manager's FailedCreate, the operator's): eventTime null, the times in the
+    deprecated fields. The client's EventsV1Event model refuses a null eventTime; `devctl get`
+    crashed on it on a real cluster (make demo CLUSTER=real found it)."""
+    cluster.create_devserver("g5")
+    # kubesim keeps the two APIs' Events apart (kubesim/DESIGN.md) and, like kube-apiserver,
+    # refuses an events.k8s.io/v1 create without eventTime: this one goes in past validation
+    sim.api.validate = False
+    try:
+        sim.call(sim.api.create, "events.events.k8s.io", {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "g5.core-written", "namespace": ns},
+            "reason": "CoreWritten", "note": "written through core/v1", "type": "Warning",
+            "deprecatedFirstTimestamp": "2026-01-01T00:00:02Z", "deprecatedLastTimestamp": "2026-01-01T00:00:03Z",
+            "deprecatedCount": 4, "deprecatedSource": {"component": "statefulset-controller"},
+            "regarding": {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevServer", "name": "g5", "namespace": ns}},
+            ns)
+    finally:
+        sim.api.validate = True
+    raw = cluster.events.list_namespaced_event(ns, _preload_content=False)
+    assert [e.get("eventTime") for e in json.loads(raw.data)["items"]] == [None]  # what devctl reads
+    result = devctl("get", "g5")
+    assert result.exit_code == 0, result.stderr
+    events = result.stdout[result.stdout.index("Events:"):]
+    assert "CoreWritten" in events and "written through core/v1" in events
 
 
 def test_create_wait_survives_transient_api_errors(devctl, cluster, sim):
