@@ -458,7 +458,13 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
         out["requeue"] = _sooner(out["requeue"], float(watch_period))
     else:
         out.update(state="Initializing", reason="Initializing", message="%d/%d workers ready" % (ready, workers))
-        out["requeue"] = _sooner(out["requeue"], min(2.0, float(watch_period)))
+        # Looked at again soon at first, then backing off to a quarter of the time the Job has
+        # been starting (at most 30 s): workers whose pods stay refused (a quota) or pending are
+        # not polled every 2 s for ever; a change of the Job (pods created, ready) comes through
+        # the dependent watch anyway.
+        started, now_t = _time(job_st.get("startTime")), _time(now_s)
+        waited = (now_t - started).total_seconds() if started and now_t else 0.0
+        out["requeue"] = _sooner(out["requeue"], max(min(2.0, float(watch_period)), min(30.0, waited / 4)))
     return out
 
 
