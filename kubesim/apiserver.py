@@ -87,6 +87,9 @@ class ApiServer:
         # admission mutators (think mutating webhooks): fn(rt, obj) may change a new object in
         # create(), after defaulting and before validation
         self.mutators: list[Callable[[ResourceType, Obj], None]] = []
+        # validating admission of updates (think validating webhooks): fn(rt, old, new) may
+        # raise ApiError to refuse a PUT or PATCH of an object (not of a subresource)
+        self.update_validators: list[Callable[[ResourceType, Obj, Obj], None]] = []
 
     # -- helpers -----------------------------------------------------------
     def resource(self, name: str | ResourceType) -> ResourceType:
@@ -103,6 +106,9 @@ class ApiServer:
 
     def add_mutator(self, fn: Callable[[ResourceType, Obj], None]) -> None:
         self.mutators.append(fn)
+
+    def add_update_validator(self, fn: Callable[[ResourceType, Obj, Obj], None]) -> None:
+        self.update_validators.append(fn)
 
     def subscribe(self, callback: Callable[[str, str, Obj, Obj | None], None]) -> None:
         self.store.subscribe(callback)
@@ -499,6 +505,9 @@ class ApiServer:
         new = self._admit(rt, new, old, subresource)
         if rt.key == "persistentvolumeclaims" and subresource is None and self.validate:
             self._admit_claim_resize(old, new)
+        if subresource is None and self.validate:
+            for validate in self.update_validators:
+                validate(rt, old, new)
         if field_manager and operation == "Update":
             new = self._track_update(rt, old, new, field_manager,
                                      subresource if subresource == "status" else None)

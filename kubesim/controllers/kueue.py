@@ -14,8 +14,11 @@ pods. Pending workloads get QuotaReserved False (reason Pending, or Inadmissible
 queue does not exist) and the annotation `kubesim.io/queue-position`; the visibility
 on-demand API (`visibility.kueue.x-k8s.io` v1beta2 and v1beta1, kubesim/kueue.py
 VisibilityApi) serves the same order as PendingWorkloadsSummary. Deleting the
-StatefulSet or scaling it to 0 releases the quota; any other change of replicas or of the
-pod template recreates the Workload (queued again). A flavor is only assigned to a pod
+StatefulSet or scaling it to 0 releases the quota; any other change of the pod template recreates
+the Workload (queued again). Kueue's StatefulSet webhook (`statefulset_update_errors`) refuses,
+as v0.19.2 does, a change of a queued StatefulSet's replicas (N to M) or of its pods' shape
+(requests, ports, nodeSelector, affinity, tolerations, ...), and a queue-name change while a
+replica is ready. A flavor is only assigned to a pod
 set whose nodeSelector agrees with its nodeLabels and whose tolerations cover its nodeTaints
 (kueue's flavor assigner; required node affinity is not looked at). Not modelled: cohorts, borrowing,
 preemption, admission checks, fair sharing and nodeSelector injection from the flavor's
@@ -31,6 +34,7 @@ Workload is deleted and its quota released (kueue marks it Finished; the quota i
 from __future__ import annotations
 
 import itertools
+import json
 from decimal import Decimal
 from typing import Any, Hashable
 
@@ -54,6 +58,104 @@ def workload_name(sts: Obj) -> str:
 
 def queue_name(sts: Obj) -> str | None:
     return (sts["metadata"].get("labels") or {}).get(kq.QUEUE_LABEL) or None
+
+
+# Kueue v0.19.2's StatefulSet webhook (pkg/controller/jobs/statefulset/statefulset_webhook.go,
+# ValidateUpdate; its name in config/components/webhook/manifests.yaml). kube-apiserver answers
+# its denial 403 Forbidden, 'admission webhook "vstatefulset.kb.io" denied the request: <errors>'
+# (controller-runtime's Denied of the field.ErrorList's aggregate: one error alone, several
+# as "[a, b]"). Not modelled: the priority-class label rule, the AdmissionGatedBy annotation,
+# a StatefulSet owned by another framework (LeaderWorkerSet, AppWrapper), Workloads on hold.
+STS_WEBHOOK = "vstatefulset.kb.io"
+_IMMUTABLE = "field is immutable"
+_POD_SHAPE = ("initContainers", "containers", "nodeSelector", "affinity", "tolerations",
+              "runtimeClassName", "priority", "topologySpreadConstraints", "overhead",
+              "resourceClaims")
+
+
+def _pod_shape(pod_spec: Obj) -> Obj:
+    """kueue's utilpod.SpecShape: what of a pod template Kueue's Workload depends on."""
+    shape = {k: pod_spec.get(k) for k in _POD_SHAPE}
+    for k in ("initContainers", "containers"):
+        shape[k] = [{"resources": {"requests": (c.get("resources") or {}).get("requests")},
+                     "ports": c.get("ports")} for c in pod_spec.get(k) or []] or None
+    if pod_spec.get("resources") is not None:
+        shape["resources"] = (pod_spec.get("resources") or {}).get("requests")
+    return shape
+
+
+def _semantic(value: Any, quantities: bool = False) -> Any:
+    """apiequality.Semantic: empty and absent are equal, quantities (of requests, overhead)
+    by value."""
+    if isinstance(value, dict):
+        out = {k: _semantic(v, quantities or k in ("requests", "overhead", "resources"))
+               for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not None} or None
+    if isinstance(value, list):
+        return [_semantic(v) for v in value] or None
+    if quantities and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        try:
+            return ("quantity", kq.parse_quantity(value))
+        except (ValueError, ArithmeticError):
+            return value
+    return value
+
+
+def _go_value(value: Any) -> str:
+    """field.Error's rendering of a bad value: numbers and bools as they are, a string quoted,
+    anything else as JSON (Go's encoding/json: object keys sorted for maps)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _shape_errors(new: Obj, old: Obj, path: str) -> list[str]:
+    errs: list[str] = []
+    for key in sorted(set(new) | set(old)):
+        n, o, child = new.get(key), old.get(key), f"{path}.{key}"
+        if key in ("initContainers", "containers") and len(n or []) == len(o or []):
+            for i, (nc, oc) in enumerate(zip(n or [], o or [])):
+                errs += _shape_errors(nc, oc, f"{child}[{i}]")
+        elif key == "resources" and isinstance(n, dict) and isinstance(o, dict) and "requests" in n:
+            errs += _shape_errors(n, o, child)
+        elif _semantic(n, key in ("requests", "overhead", "resources")) != \
+                _semantic(o, key in ("requests", "overhead", "resources")):
+            errs.append(f"{child}: Invalid value: {_go_value(n)}: {_IMMUTABLE}")
+    return errs
+
+
+def statefulset_update_errors(old: Obj, new: Obj, workload_exists: bool) -> list[str]:
+    """The field errors Kueue v0.19.2's StatefulSet webhook answers an update with (none: allowed).
+
+    The queue-name label may change only while no replica is ready and may not be removed; a
+    StatefulSet with a queue name (not being deleted) may not change its pods' shape
+    (`_pod_shape`) nor its replicas from N to M (both non-zero); scaling up from 0 waits until
+    its pods are gone (`status.replicas` 0) and its old Workload is deleted."""
+    errs: list[str] = []
+    old_q = (old["metadata"].get("labels") or {}).get(kq.QUEUE_LABEL) or ""
+    new_q = (new["metadata"].get("labels") or {}).get(kq.QUEUE_LABEL) or ""
+    suspended = not ((old.get("status") or {}).get("readyReplicas") or 0)
+    if (not suspended or not new_q) and new_q != old_q:
+        errs.append(f"metadata.labels[{kq.QUEUE_LABEL}]: Invalid value: {_go_value(new_q)}: {_IMMUTABLE}")
+    if not new_q or new["metadata"].get("deletionTimestamp"):
+        return errs
+    ospec, nspec = old.get("spec") or {}, new.get("spec") or {}
+    errs += _shape_errors(_pod_shape((nspec.get("template") or {}).get("spec") or {}),
+                          _pod_shape((ospec.get("template") or {}).get("spec") or {}),
+                          "spec.template.spec")
+    o_rep, n_rep = ospec.get("replicas", 1), nspec.get("replicas", 1)
+    if o_rep and n_rep and o_rep != n_rep:
+        errs.append(f"spec.replicas: Invalid value: {_go_value(n_rep)}: {_IMMUTABLE}")
+    if not o_rep and n_rep:
+        if (new.get("status") or {}).get("replicas"):
+            errs.append("spec.replicas: Forbidden: scaling down is still in progress")
+        elif workload_exists:
+            errs.append("spec.replicas: Forbidden: workload from previous scale-down is still being deleted")
+    return errs
 
 
 FRAMEWORK_KINDS = ("StatefulSet", "Job")  # their pods are queued through their owner
@@ -107,6 +209,7 @@ class KueueController(Controller):
         self._seq: dict[str, int] = {}
         self._counter = itertools.count()
         self.api.add_mutator(self._gate_pod)
+        self.api.add_update_validator(self._validate_statefulset_update)
         server = getattr(cluster, "server", None)
         if server is not None:
             server.add_aggregated(kq.VisibilityApi(self.api, self.pending_workloads))
@@ -137,6 +240,24 @@ class KueueController(Controller):
         if _admitted(wl):
             return
         self._add_gate(pod)
+
+    # -- the StatefulSet "webhook" (vstatefulset.kb.io) -------------------------------------
+    def _validate_statefulset_update(self, rt: Any, old: Obj, new: Obj) -> None:
+        if rt.key != STS or not kq.installed(self.api):
+            return
+        errs = statefulset_update_errors(old, new, self._workload_exists(old))
+        if errs:
+            raise ApiError(403, f'admission webhook "{STS_WEBHOOK}" denied the request: '
+                           + (errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]"),
+                           "Forbidden")
+
+    def _workload_exists(self, sts: Obj) -> bool:
+        try:
+            self.api.get(kq.WORKLOADS, sts["metadata"].get("namespace"), workload_name(sts),
+                         copy_=False)
+        except ApiError:
+            return False
+        return True
 
     @staticmethod
     def _add_gate(pod: Obj) -> None:

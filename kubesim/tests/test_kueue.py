@@ -8,6 +8,7 @@ import pytest
 
 from kubesim import kueue as kq
 from kubesim.controllers.kueue import workload_name
+from kubesim.errors import ApiError
 from kubesim.testing import KubeSim
 
 from .conftest import Http, assert_status
@@ -240,10 +241,10 @@ def test_unqueued_and_unknown_queue(sim, queue, expect):
             c = cond(workload(sim, ns, "s"), "QuotaReserved")
             return c and c["reason"] == "Inadmissible" and "LocalQueue missing" in c["message"]
         sim.wait_for(lambda: inadmissible() and gated(sim, ns, "s"), message="inadmissible")
-        # removing the label releases the pods
+        # pointing it at a queue that exists (allowed while no replica is ready) admits it
         sim.call(sim.api.patch, "statefulsets.apps", ns, "s",
-                 {"metadata": {"labels": {kq.QUEUE_LABEL: None}}})
-        sim.wait_for(lambda: running(sim, ns, "s"), message="s running once unqueued")
+                 {"metadata": {"labels": {kq.QUEUE_LABEL: "lq"}}})
+        sim.wait_for(lambda: running(sim, ns, "s"), message="s running once in a queue")
 
 
 # -- visibility on-demand API -------------------------------------------------------------
@@ -518,3 +519,81 @@ def test_pods_of_a_statefulset_or_unlabelled_are_not_plain_pods(sim):
     ns, _, _ = setup_queue(sim, gpus=0)
     plain_pod(sim, ns, "unqueued", gpus=1, queue=None)
     sim.wait_for(lambda: _pod_phase(sim, ns, "unqueued") == "Running", message="an unlabelled pod is not gated")
+
+
+# -- Kueue's StatefulSet webhook (vstatefulset.kb.io, v0.19.2 ValidateUpdate) -------------
+WEBHOOK_DENIED = 'admission webhook "vstatefulset.kb.io" denied the request: '
+GPU_REQUESTS = "spec.template.spec.containers[0].resources.requests"
+
+
+def refusal(sim, ns, name, body):
+    with pytest.raises(ApiError) as exc:
+        sim.call(sim.api.patch, "statefulsets.apps", ns, name, body)
+    return exc.value
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"spec": {"template": {"spec": {"containers": [{
+        "name": "main", "image": "busybox",
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                      "limits": {"nvidia.com/gpu": "1"}}}]}}}},
+     f'{GPU_REQUESTS}: Invalid value: {{"cpu":"1","memory":"1Gi","nvidia.com/gpu":"1"}}: field is immutable'),
+    ({"spec": {"template": {"spec": {"nodeSelector": {"pool": "a100"}}}}},
+     'spec.template.spec.nodeSelector: Invalid value: {"pool":"a100"}: field is immutable'),
+    ({"spec": {"replicas": 2}}, "spec.replicas: Invalid value: 2: field is immutable"),
+    ({"metadata": {"labels": {kq.QUEUE_LABEL: None}}},
+     'metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "": field is immutable'),
+    ({"spec": {"replicas": 3, "template": {"spec": {"nodeSelector": {"pool": "a100"}}}}},
+     '[spec.template.spec.nodeSelector: Invalid value: {"pool":"a100"}: field is immutable, '
+     'spec.replicas: Invalid value: 3: field is immutable]'),
+])
+def test_webhook_refuses_a_queued_statefulsets_new_shape(sim, body, message):
+    ns, _, _ = setup_queue(sim, gpus=0)  # never admitted: queued
+    statefulset(sim, ns, "s")
+    sim.wait_for(lambda: gated(sim, ns, "s") and pending(sim, ns, "s"), message="s queued")
+    before = get(sim, "statefulsets.apps", ns, "s")
+    err = refusal(sim, ns, "s", body)
+    assert (err.code, err.reason, err.message) == (403, "Forbidden", WEBHOOK_DENIED + message)
+    assert get(sim, "statefulsets.apps", ns, "s")["metadata"]["resourceVersion"] == \
+        before["metadata"]["resourceVersion"]
+
+
+def test_webhook_allows_what_kueue_allows(sim):
+    ns, _, _ = setup_queue(sim, gpus=2)
+    statefulset(sim, ns, "s")
+    sim.wait_for(lambda: get(sim, "statefulsets.apps", ns, "s").get("status", {}).get(
+        "readyReplicas") == 1, message="s ready")
+    # a queue-name change while a replica is ready: refused
+    err = refusal(sim, ns, "s", {"metadata": {"labels": {kq.QUEUE_LABEL: "other"}}})
+    assert err.message == WEBHOOK_DENIED + \
+        'metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "other": field is immutable'
+    # same shape: the image, env, a request written another way, limits
+    sim.call(sim.api.patch, "statefulsets.apps", ns, "s", {"spec": {"template": {"spec": {
+        "containers": [{"name": "main", "image": "busybox:2", "env": [{"name": "A", "value": "1"}],
+                        "resources": {"requests": {"cpu": "1000m", "memory": "1Gi", "nvidia.com/gpu": "2"},
+                                      "limits": {"nvidia.com/gpu": "2"}}}]}}}})
+    # scale to 0 and back once the pods and the Workload are gone
+    sim.call(sim.api.patch, "statefulsets.apps", ns, "s", {"spec": {"replicas": 0}})
+    sim.wait_for(lambda: not pods_of(sim, ns, "s") and not sim.call(
+        sim.api.list, kq.WORKLOADS, ns)["items"] and not get(
+        sim, "statefulsets.apps", ns, "s").get("status", {}).get("replicas"), message="scaled to 0")
+    sim.call(sim.api.patch, "statefulsets.apps", ns, "s", {"spec": {"replicas": 1}})
+    sim.wait_for(lambda: running(sim, ns, "s"), message="s running again")
+    # the same StatefulSet without the queue label is Kueue's no more: anything goes
+    statefulset(sim, ns, "free", queue=None)
+    sim.call(sim.api.patch, "statefulsets.apps", ns, "free", {"spec": {"replicas": 2}})
+
+
+@pytest.mark.parametrize("status,workload,message", [
+    ({"replicas": 1}, False, "spec.replicas: Forbidden: scaling down is still in progress"),
+    ({}, True, "spec.replicas: Forbidden: workload from previous scale-down is still being deleted"),
+    ({}, False, None),
+])
+def test_webhook_scale_up_from_zero(status, workload, message):
+    from kubesim.controllers.kueue import statefulset_update_errors
+    old = {"metadata": {"labels": {kq.QUEUE_LABEL: "lq"}}, "spec": {"replicas": 0}, "status": status}
+    new = {"metadata": {"labels": {kq.QUEUE_LABEL: "lq"}}, "spec": {"replicas": 1}, "status": status}
+    assert statefulset_update_errors(old, new, workload) == ([message] if message else [])
+    # being deleted: only the queue-name rule
+    new["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert statefulset_update_errors(old, new, workload) == []
