@@ -34,6 +34,7 @@ class FilterModule(object):
             "queue_problem": kueue.queue_problem,
             "queue_status": kueue.queue_status,
             "queue_eta": kueue.queue_eta,
+            "kueue_reshape": kueue.reshape,
             "devserver_status": devserver_status.devserver_status,
             "devserver_status_events": devserver_status.status_events,
             "rejected_spec_status": devserver_status.rejected_spec_status,

@@ -17,7 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.torchdev.operator.plugins.module_utils.constants import LOCAL_QUEUE
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import FLAVOR_LABEL, LOCAL_QUEUE
 
 GROUP = "kueue.x-k8s.io"
 
@@ -180,6 +180,20 @@ def queue_problem(kueue):
     return None
 
 
+def _owned_by_another(workload, sts):
+    """Whether ``workload`` names its StatefulSet (an ownerReference, the job-uid label) and it is
+    not ``sts`` (by uid)."""
+    uid = ((sts or {}).get("metadata") or {}).get("uid")
+    wmeta = (workload or {}).get("metadata") or {} if isinstance(workload, dict) else {}
+    if not uid or not isinstance(wmeta, dict):
+        return False
+    owners = [ref.get("uid") for ref in wmeta.get("ownerReferences") or []
+              if isinstance(ref, dict) and ref.get("kind") == "StatefulSet"]
+    job_uid = (wmeta.get("labels") or {}).get(JOB_UID_LABEL) if isinstance(wmeta.get("labels"), dict) else None
+    owners += [job_uid] if job_uid else []
+    return bool(owners) and uid not in owners
+
+
 def queue_status(kueue, sts, local_queue=LOCAL_QUEUE, eta=None):
     """Where a DevServer's StatefulSet stands in Kueue, or None when it is not queued:
     {name, clusterQueue, workload, position, estimatedStartTime, admitted, admittedAt, message}.
@@ -190,10 +204,13 @@ def queue_status(kueue, sts, local_queue=LOCAL_QUEUE, eta=None):
         return None
     kueue = kueue or {}
     lq = kueue.get("local_queue") if queue == local_queue else None
-    workload = kueue.get("workload")
+    workload, pending = kueue.get("workload"), kueue.get("pending")
+    if _owned_by_another(workload, sts):
+        # another StatefulSet's: the one this run re-created (kueue_reshape); not queued yet
+        workload, pending = None, None
     cluster_queue = ((lq or {}).get("spec") or {}).get("clusterQueue")
     is_admitted = admitted(workload)
-    place = None if is_admitted else position(kueue.get("pending"))
+    place = None if is_admitted else position(pending)
     reserved = condition(workload, "QuotaReserved") or {}
     why = reserved.get("message") if reserved.get("status") != "True" else ""
     where = "ClusterQueue %s" % cluster_queue if cluster_queue else "LocalQueue %s" % queue
@@ -301,3 +318,116 @@ def queue_eta(kueue, cr, flavor_spec, replicas, now):
                               % (resource, cq_name, " and its cohort %s" % cohort if cohort else "")}
     return {"estimatedStartTime": None, "reason": "unknown: the quota of %s is too small even when every holder ends"
             % resource}
+
+
+# --------------------------------------------------------------------------- a new pod shape
+# What of a pod template a Kueue Workload depends on (kueue v0.19.2 utilpod.SpecShape): the
+# StatefulSet webhook (vstatefulset.kb.io, ValidateUpdate) refuses any change of it, and of the
+# replicas from N to M, for a StatefulSet with a queue name, admitted or not ("field is immutable").
+_SHAPE = ("initContainers", "containers", "nodeSelector", "affinity", "tolerations", "runtimeClassName",
+          "priority", "topologySpreadConstraints", "overhead", "resourceClaims")
+ADMISSION_GATE = GROUP + "/admission"
+REQUEUED = "Requeued"
+RESHAPE_REFUSED = "InvalidSpec"  # a change of the spec that cannot be applied
+_SHOWN = 253
+
+
+def _dict(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value):
+    return value if isinstance(value, list) else []
+
+
+def _norm(value, quantities=False):
+    """apiequality.Semantic's notion: empty and absent alike, quantities by value."""
+    from ansible_collections.torchdev.operator.plugins.module_utils.quantity import parse_quantity
+
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            item = _norm(item, quantities or key in ("requests", "overhead"))
+            if item is not None:
+                out[str(key)] = item
+        return out or None
+    if isinstance(value, list):
+        return [_norm(item, quantities) for item in value] or None
+    if quantities and not isinstance(value, (bool, dict, list)) and value is not None:
+        try:
+            return "q:%s" % parse_quantity(value).normalize()
+        except (ValueError, ArithmeticError, TypeError):
+            return value
+    return value
+
+
+def _shape(sts):
+    pod = _dict(_dict(_dict(_dict(sts).get("spec")).get("template")).get("spec"))
+    shape = dict((key, pod.get(key)) for key in _SHAPE)
+    for key in ("initContainers", "containers"):
+        shape[key] = [{"requests": _dict(_dict(c).get("resources")).get("requests"), "ports": _dict(c).get("ports")}
+                      for c in _list(pod.get(key))]
+    if _dict(pod).get("resources") is not None:
+        shape["resources"] = {"requests": _dict(pod.get("resources")).get("requests")}
+    return _norm(shape)
+
+
+def _replicas(sts):
+    value = _dict(_dict(sts).get("spec")).get("replicas", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def _text(value):
+    return str(value)[:_SHOWN]
+
+
+def reshape(desired, live, pvcs=None, pods=None):
+    """What to do when Kueue's StatefulSet webhook would refuse applying ``desired`` over ``live``.
+
+    None when it would not: no live StatefulSet, or one without a queue name, or one being
+    deleted, or the same pods' shape and replicas (or a scale to or from 0).  Else
+    ``{action, reason, message, type}``:
+
+    * ``recreate`` (reason Requeued, a Normal Event): delete the live StatefulSet and create
+      ``desired``, which Kueue queues as a new Workload.  Only when no home claim goes with it:
+      the live policy ``persistentVolumeClaimRetentionPolicy.whenDeleted`` is not Delete and no
+      claim in ``pvcs`` has an ownerReference to it.  A queued server loses nothing; an admitted
+      one restarts its pods, as a flavor change without Kueue does.
+    * ``refuse`` (reason InvalidSpec, a Warning): re-creating would delete a home claim; the
+      StatefulSet is left as it is and the message says what to do.
+
+    The message names the change: the StatefulSets' ``torchdev.io/flavor`` labels (spec.flavor),
+    else their replicas (spec.worldSize).  ``pods``: the server's pods (an ungated one means Kueue has admitted it)."""
+    live, desired = _dict(live), _dict(desired)
+    meta = _dict(live.get("metadata"))
+    if not live or not desired or meta.get("deletionTimestamp") or not queue_name(live):
+        return None
+    old_n, new_n = _replicas(live), _replicas(desired)
+    if _shape(live) == _shape(desired) and (old_n == new_n or not old_n or not new_n):
+        return None
+    old_f = _text(_dict(meta.get("labels")).get(FLAVOR_LABEL) or "")
+    new_f = _text(_dict(_dict(desired.get("metadata")).get("labels")).get(FLAVOR_LABEL) or "")
+    if old_f != new_f:
+        change = "spec.flavor changed from %s to %s" % (old_f or "(none)", new_f or "(none)")
+    elif old_n != new_n:
+        change = "spec.worldSize changed from %d to %d" % (old_n, new_n)
+    else:
+        change = "the pods' shape changed"
+    uid = meta.get("uid")
+    policy = _dict(_dict(live.get("spec")).get("persistentVolumeClaimRetentionPolicy")).get("whenDeleted")
+    owned = sorted(_text(_dict(_dict(c).get("metadata")).get("name")) for c in _list(pvcs)
+                   if uid and any(_dict(r).get("uid") == uid for r in _list(_dict(_dict(c).get("metadata")).get(
+                       "ownerReferences"))))
+    if policy == "Delete" or owned:
+        return {"action": "refuse", "reason": RESHAPE_REFUSED, "type": "Warning",
+                "message": "%s, but Kueue does not let a queued StatefulSet change its pods' shape or size, and "
+                           "re-creating it would delete the home volume (spec.homeRetentionPolicy Delete%s): "
+                           "undo the change, or delete the DevServer and create it again"
+                           % (change, (": " + ", ".join(owned[:8])) if owned else "")}
+    running = any(_dict(p).get("metadata") and ADMISSION_GATE not in [
+        _dict(g).get("name") for g in _list(_dict(_dict(p).get("spec")).get("schedulingGates"))] for p in _list(pods))
+    state, then = (("stopped", "") if not old_n else ("running", " (its pods restarted) and queued again") if running
+                   else ("queued", " and queued again"))
+    return {"action": "recreate", "reason": REQUEUED, "type": "Normal",
+            "message": "%s while %s: Kueue does not let a queued StatefulSet change its pods' shape or size, so it "
+                       "was re-created%s (the home volume is kept)" % (change, state, then)}

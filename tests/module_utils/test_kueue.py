@@ -152,6 +152,17 @@ WHY = "couldn't assign flavors to pod set main: insufficient unused quota for nv
     ("admitted", dict(SERVED, workload=workload(admitted=True)), sts("torchdev"),
      {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": None,
       "estimatedStartTime": None, "admitted": True, "admittedAt": "2026-01-01T00:00:07Z", "message": "waiting for quota in ClusterQueue torchdev-jane"}),
+    # the Workload observed is the one of the StatefulSet this run deleted and created again
+    # (kueue_reshape): the new one is not queued yet
+    ("another StatefulSet's Workload", dict(SERVED, workload=workload(owner_uid="old", reserved_message=WHY),
+                                           pending=pending(in_cq=0)), sts("torchdev"),
+     {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": None, "position": None, "estimatedStartTime": None,
+      "admitted": False, "admittedAt": None, "message": "waiting for quota in ClusterQueue torchdev-jane"}),
+    ("its own Workload by job-uid", dict(SERVED, workload=workload(job_uid="u1", reserved_message=WHY),
+                                        pending=pending(in_cq=0)), sts("torchdev"),
+     {"name": "torchdev", "clusterQueue": "torchdev-jane", "workload": "statefulset-x-abcde", "position": 1,
+      "estimatedStartTime": None, "admitted": False, "admittedAt": None,
+      "message": "waiting for quota in ClusterQueue torchdev-jane at position 1: " + WHY}),
     ("LocalQueue gone", {"served": True, "local_queue": None}, sts("torchdev"),
      {"name": "torchdev", "clusterQueue": None, "workload": None, "position": None, "estimatedStartTime": None, "admitted": False, "admittedAt": None,
       "message": "waiting for quota in LocalQueue torchdev"}),
@@ -197,3 +208,91 @@ def test_devserver_status_with_kueue(name, cr, live, queue_input, phase, queue):
                                 kq.queue_status(queue_input, live, "torchdev"))
     assert status["phase"] == phase, name
     assert status["queue"] == queue, name
+
+
+# -- reshape: a change Kueue's StatefulSet webhook refuses ---------------------------------------
+FLAVOR = "torchdev.io/flavor"
+
+
+def shaped(flavor="gpu-h100-2", gpus="2", replicas=1, queue="torchdev", policy="Retain", node=None, uid="s1",
+           deleting=False, image="img:1"):
+    labels = {FLAVOR: flavor}
+    if queue:
+        labels[QUEUE] = queue
+    meta = {"name": "x", "uid": uid, "labels": labels}
+    if deleting:
+        meta["deletionTimestamp"] = NOW
+    pod = {"containers": [{"name": "main", "image": image,
+                           "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": gpus},
+                                         "limits": {"nvidia.com/gpu": gpus}}}]}
+    if node:
+        pod["nodeSelector"] = {"torchdev.io/gpu-type": node}
+    return {"metadata": meta, "spec": {"replicas": replicas, "template": {"spec": pod},
+                                       "persistentVolumeClaimRetentionPolicy": {"whenDeleted": policy}}}
+
+
+GATED = {"metadata": {"name": "x-0"}, "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}}
+ADMITTED = {"metadata": {"name": "x-0"}, "spec": {}}
+HOME = {"metadata": {"name": "home-x-0"}}
+OWNED_HOME = {"metadata": {"name": "home-x-0", "ownerReferences": [{"kind": "StatefulSet", "uid": "s1"}]}}
+SHAPE = "Kueue does not let a queued StatefulSet change its pods' shape or size"
+REQUEUED = ("spec.flavor changed from gpu-h100-2 to gpu-a10g-1 while queued: " + SHAPE
+            + ", so it was re-created and queued again (the home volume is kept)")
+
+
+@pytest.mark.parametrize("desired,live,pvcs,pods,want", [
+    # nothing Kueue refuses
+    (shaped(), None, [], [], None),                                                # a new StatefulSet
+    (shaped(gpus="1"), shaped(queue=None), [], [], None),                          # not queued
+    (shaped(gpus="1"), shaped(deleting=True), [], [], None),                       # being deleted
+    (shaped(image="img:2"), shaped(), [HOME], [GATED], None),                      # same shape
+    (shaped(gpus="2000m"), shaped(), [HOME], [GATED], None),                       # the same quantity
+    (shaped(replicas=0), shaped(), [HOME], [GATED], None),                         # a stop
+    (shaped(replicas=2), shaped(replicas=0), [HOME], [], None),                    # a start
+    # a new flavor while queued: re-created
+    (shaped("gpu-a10g-1", gpus="1", node="a10g"), shaped(), [HOME], [GATED],
+     {"action": "recreate", "reason": "Requeued", "type": "Normal", "message": REQUEUED}),
+    # while admitted: re-created, the pods restart
+    (shaped("gpu-a10g-1", gpus="1"), shaped(), [HOME], [ADMITTED],
+     {"action": "recreate", "reason": "Requeued", "type": "Normal",
+      "message": "spec.flavor changed from gpu-h100-2 to gpu-a10g-1 while running: " + SHAPE
+                 + ", so it was re-created (its pods restarted) and queued again (the home volume is kept)"}),
+    # a new flavor while stopped (replicas 0): Kueue refuses the new shape all the same
+    (shaped("gpu-a10g-1", gpus="1", replicas=0), shaped(replicas=0), [HOME], [],
+     {"action": "recreate", "reason": "Requeued", "type": "Normal",
+      "message": "spec.flavor changed from gpu-h100-2 to gpu-a10g-1 while stopped: " + SHAPE
+                 + ", so it was re-created (the home volume is kept)"}),
+    # a new worldSize (distributed mode): N -> M
+    (shaped(replicas=4), shaped(replicas=2), [HOME], [GATED],
+     {"action": "recreate", "reason": "Requeued", "type": "Normal",
+      "message": "spec.worldSize changed from 2 to 4 while queued: " + SHAPE
+                 + ", so it was re-created and queued again (the home volume is kept)"}),
+    # another shape change (a nodeSelector), same flavor name
+    (shaped(node="h100"), shaped(), [], [GATED],
+     {"action": "recreate", "reason": "Requeued", "type": "Normal",
+      "message": "the pods' shape changed while queued: " + SHAPE
+                 + ", so it was re-created and queued again (the home volume is kept)"}),
+    # the home claims would go with the StatefulSet: refused, nothing deleted
+    (shaped("gpu-a10g-1", gpus="1"), shaped(policy="Delete"), [HOME], [GATED],
+     {"action": "refuse", "reason": "InvalidSpec", "type": "Warning",
+      "message": "spec.flavor changed from gpu-h100-2 to gpu-a10g-1, but " + SHAPE + ", and re-creating it would "
+                 "delete the home volume (spec.homeRetentionPolicy Delete): undo the change, or delete the "
+                 "DevServer and create it again"}),
+    (shaped("gpu-a10g-1", gpus="1"), shaped(), [OWNED_HOME], [GATED],
+     {"action": "refuse", "reason": "InvalidSpec", "type": "Warning",
+      "message": "spec.flavor changed from gpu-h100-2 to gpu-a10g-1, but " + SHAPE + ", and re-creating it would "
+                 "delete the home volume (spec.homeRetentionPolicy Delete: home-x-0): undo the change, or delete "
+                 "the DevServer and create it again"}),
+])
+def test_reshape(desired, live, pvcs, pods, want):
+    assert kq.reshape(desired, live, pvcs, pods) == want
+
+
+@pytest.mark.parametrize("desired,live", [
+    ("x", shaped()), (shaped(), "x"), ({"spec": []}, shaped()), (shaped(), {"metadata": {"labels": {QUEUE: 1}}}),
+    ({"spec": {"replicas": True, "template": {"spec": {"containers": ["x", None]}}}}, shaped()),
+    ({"spec": {"template": {"spec": {"containers": [{"resources": {"requests": {"cpu": "bad"}}}]}}}}, shaped()),
+])
+def test_reshape_never_raises(desired, live):
+    result = kq.reshape(desired, live, pvcs=[None, "x", {"metadata": {"ownerReferences": "x"}}], pods=[None, 1])
+    assert result is None or result["action"] in ("recreate", "refuse")
