@@ -56,7 +56,7 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 
 # CLUSTER=real: the real control plane and ansible-operator of the test tier (built first).
 demo: setup $(if $(filter real,$(CLUSTER)),cluster-build operator-build $(IMAGE_STAMP)) ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep; CLUSTER=real: on the real control plane and ansible-operator)
-	$(BIN)/python hack/demo.py $(if $(CLUSTER),--cluster $(CLUSTER)) $(DEMO_ARGS)
+	$(BIN)/python -m hack.demo $(if $(CLUSTER),--cluster $(CLUSTER)) $(DEMO_ARGS)
 
 deps: ## The Debian packages some tests run (openssh-server, prometheus): installed as root with apt, else one line naming the command
 	@bash hack/deps.sh

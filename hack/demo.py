@@ -388,9 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _interrupt)  # SystemExit(128 + signal): the finally below cleans up
     try:
         if args.cluster == "real":
-            if str(ROOT) not in sys.path:  # run as a script (make demo): hack/ is sys.path[0]
-                sys.path.insert(0, str(ROOT))
-            from hack.cluster.stack import Stack
+            from hack.cluster.stack import Stack  # python -m hack.demo (make demo): the repository on sys.path
 
             step("Starting the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
                  "kwok's nodes), its storage, the CRDs and the sample flavors")

@@ -105,7 +105,7 @@ def _demo_env(sim, tmp_path):
 
 
 def _demo(sim, tmp_path, *args):
-    return subprocess.run([sys.executable, str(ROOT / "hack" / "demo.py"), "--workdir", str(tmp_path / "demo"),
+    return subprocess.run([sys.executable, "-m", "hack.demo", "--workdir", str(tmp_path / "demo"),
                            *args], env=_demo_env(sim, tmp_path), cwd=ROOT, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=600)
 
@@ -125,7 +125,7 @@ def test_on_the_embedded_simulator_it_runs_end_to_end(tmp_path):
     watches.yaml, the sample flavors, a DevServer to Ready; then everything it started stops."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["DEVCTL_CONFIG"] = str(tmp_path / "devctl.yaml")
-    proc = subprocess.run([sys.executable, str(ROOT / "hack" / "demo.py"), "--workdir", str(tmp_path / "demo")],
+    proc = subprocess.run([sys.executable, "-m", "hack.demo", "--workdir", str(tmp_path / "demo")],
                           env=env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "starting the embedded simulator (kubesim)" in proc.stdout and "Ready in" in proc.stdout
@@ -161,7 +161,7 @@ def test_on_a_cluster_it_removes_what_it_created(cluster, tmp_path):
 
 
 def test_on_a_cluster_it_removes_what_it_created_on_sigterm(cluster, tmp_path):
-    proc = subprocess.Popen([sys.executable, str(ROOT / "hack" / "demo.py"), "--workdir", str(tmp_path / "demo"),
+    proc = subprocess.Popen([sys.executable, "-m", "hack.demo", "--workdir", str(tmp_path / "demo"),
                              "--yes"], env=_demo_env(cluster, tmp_path), cwd=ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

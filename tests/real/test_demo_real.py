@@ -28,7 +28,7 @@ def test_the_demo_runs_on_the_real_control_plane_and_stops_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["DEVCTL_CONFIG"] = str(tmp_path / "devctl.yaml")
     work = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, str(ROOT / "hack" / "demo.py"), "--cluster", "real", "--workdir", str(work)],
+    proc = subprocess.run([sys.executable, "-m", "hack.demo", "--cluster", "real", "--workdir", str(work)],
                           env=env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     out = proc.stdout
