@@ -102,3 +102,16 @@ def rejected(model, obj: dict, old: dict | None = None) -> str:
     assert ei.value.code == 422
     return ei.value.message
 
+
+
+def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
+    """A namespaced CustomResourceDefinition of one version whose schema keeps any field, with
+    the status subresource: the test kinds of the runtime's tests (tests/runtime, tests/real)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+                 "versions": [{"name": version, "served": True, "storage": True, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                              "x-kubernetes-preserve-unknown-fields": True}}}]}}

@@ -28,6 +28,7 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 
 from kubesim.testing import KubeSim, wait_for as _wait_for
+from _support import open_crd
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROLE = ROOT / "tests" / "runtime" / "roles" / "rt_contract"
@@ -42,6 +43,10 @@ WATCHES = textwrap.dedent(f"""\
       kind: {KIND}
       role: {ROLE}
       markUnsafe: true
+      blacklist:
+        - group: ""
+          version: v1
+          kind: Secret
       vars:
         greeting: hello
       finalizer:
@@ -51,13 +56,7 @@ WATCHES = textwrap.dedent(f"""\
           greeting: bye
     """)
 
-CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-       "metadata": {"name": f"{PLURAL}.{GROUP}"},
-       "spec": {"group": GROUP, "scope": "Namespaced",
-                "names": {"plural": PLURAL, "singular": KIND.lower(), "kind": KIND, "listKind": f"{KIND}List"},
-                "versions": [{"name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},
-                              "schema": {"openAPIV3Schema": {"type": "object",
-                                                             "x-kubernetes-preserve-unknown-fields": True}}}]}}
+CRD = open_crd(GROUP, KIND, PLURAL, VERSION)
 
 # What the binary's ServiceAccount needs for the test kind, beside config/rbac (configmaps in any namespace).
 GRANTS = [
@@ -115,8 +114,13 @@ class Tier:
 
     def runs(self, name: str) -> list[float]:
         """The start times of the role's normal runs for `name` (seconds, sorted)."""
-        cm = self.configmap(name + "-runs")
-        return sorted(int(k[1:]) / 1e6 for k in ((cm.data if cm else None) or {}))
+        try:
+            runs = self.core.read_namespaced_secret(name + "-runs", NS).data or {}
+        except ApiException as err:
+            if err.status == 404:
+                return []
+            raise
+        return sorted(int(k[1:]) / 1e6 for k in runs)
 
 
 def wait_for(predicate, timeout: float = 60, message: str = "condition"):

@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from kubesim.testing import KubeSim
+from _support import open_crd
 from torchdev_runtime import Runtime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -26,17 +27,7 @@ GROUP = "rt.torchdev.io"
 
 
 def crd(kind: str, plural: str) -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}"},
-        "spec": {"group": GROUP, "scope": "Namespaced",
-                 "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
-                           "listKind": f"{kind}List"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {
-                                   "type": "object",
-                                   "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    return open_crd(GROUP, kind, plural)
 
 
 def write_watches(path, counter_dir) -> str:
