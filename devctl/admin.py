@@ -19,7 +19,7 @@ from . import API_VERSION, GROUP
 from . import completion as complete
 from .api import FIELD_MANAGER
 from . import wait as waiting
-from .config import EMAIL_RE, Settings
+from .config import DNS1123_SUBDOMAIN_RE, EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .devserver import _stdin_is_tty, read_ssh_keys
 from .errors import ApiError, DevctlError, NotFound, left_in_place
@@ -34,7 +34,7 @@ USER_MAX = 59
 MAX_GPUS = 4096
 MAX_CIDRS = 16
 MAX_FLAVOR_QUOTAS = 64
-FLAVOR_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+FLAVOR_RE = DNS1123_SUBDOMAIN_RE
 
 
 # -- validation -------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from .output import output_option, print_object
 KNOWN_KEYS = ("namespace", "owner")
 EMAIL_RE = re.compile(EMAIL_PATTERN)
 DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# An object name most kinds take (a Secret, a DevServerFlavor): a DNS-1123 subdomain, at most 253.
+DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def config_path() -> Path:
@@ -237,7 +239,8 @@ def config_set(key: str, value: str) -> None:
 
     \b
     github-user U      fetch U's public SSH keys from GitHub now and keep them for
-                       'devctl create' (with the keys in ~/.ssh/id_*.pub)
+                       'devctl create' and 'devctl reserve' (with the keys in
+                       ~/.ssh/id_*.pub; not with --ssh-key-file)
     github-keys-url T  where keys are fetched from ({user} in T; default
                        https://github.com/{user}.keys; https:// only, http://
                        only to localhost)

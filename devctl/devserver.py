@@ -16,7 +16,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.startup import d
 
 from . import API_VERSION, GROUP
 from . import completion as complete
-from .config import EMAIL_RE, Settings
+from .config import DNS1123_SUBDOMAIN_RE, EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
 from .output import (DURATION, LIST_FORMATS, age, info, output_option, parse_time, print_object,
@@ -40,6 +40,23 @@ EVENTS_SHOWN = 10
 
 
 # -- helpers -------------------------------------------------------------------------
+
+# A Secret's data key (the CRD's sshKeySecretRef.key pattern).
+SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def parse_key_secret(_ctx, _param, value: str | None) -> dict | None:
+    """--ssh-key-secret NAME[:KEY] -> spec.sshKeySecretRef (KEY default authorized_keys)."""
+    if value is None:
+        return None
+    name, sep, key = value.partition(":")
+    if not DNS1123_SUBDOMAIN_RE.match(name) or len(name) > 253:
+        raise click.BadParameter(f"{name!r} is not a Secret name (a DNS-1123 subdomain: lower case, digits, "
+                                 "'-' and '.', at most 253)")
+    if sep and (not SECRET_KEY_RE.match(key) or len(key) > 253):
+        raise click.BadParameter(f"{key!r} is not a Secret key (letters, digits, '-', '_' and '.', at most 253)")
+    return {"name": name, "key": key or "authorized_keys"}
+
 
 def validate_name(_ctx, _param, value: str) -> str:
     if not NAME_RE.match(value) or len(value) > NAME_MAX:
@@ -135,6 +152,7 @@ def build_devserver(
     no_shared: bool = False,
     no_user_keys: bool = False,
     ssh_keys: list[str] | None = None,
+    ssh_key_secret: dict | None = None,
     env: list[dict] | None = None,
     idle_timeout: int | None = None,
     auto_shutdown: bool | None = None,
@@ -169,6 +187,8 @@ def build_devserver(
         spec["mountUserSSHKeys"] = False
     if ssh_keys:
         spec["sshPublicKeys"] = list(ssh_keys)
+    if ssh_key_secret:
+        spec["sshKeySecretRef"] = dict(ssh_key_secret)
     if env:
         spec["env"] = list(env)
     lifecycle: dict[str, Any] = {}
@@ -208,6 +228,22 @@ def pvc_size(pvc: dict) -> str:
 
 # -- create ---------------------------------------------------------------------------
 
+def key_options(command):
+    """The SSH key flags of ``create`` and ``reserve``."""
+    for option in reversed((
+        click.option("--ssh-key-file", "ssh_key_files", multiple=True, metavar="PATH",
+                     help="SSH public key file (repeatable; default: ~/.ssh/id_*.pub and the keys of 'devctl config "
+                          "set github-user'). The keys your DevUser was onboarded with are accepted too."),
+        click.option("--ssh-key-secret", "ssh_key_secret", metavar="SECRET[:KEY]", callback=parse_key_secret,
+                     help="Also accept the authorized_keys in this Secret of the namespace (KEY default "
+                          "authorized_keys), instead of the keys your DevUser was onboarded with."),
+        click.option("--no-user-keys", is_flag=True,
+                     help="Accept only this server's keys, not those your DevUser was onboarded with."),
+    )):
+        command = option(command)
+    return command
+
+
 @click.command("create")
 @click.argument("name", callback=validate_name)
 @click.option("--flavor", required=True, shell_complete=complete.flavors,
@@ -219,11 +255,7 @@ def pvc_size(pvc: dict) -> str:
 @click.option("--shared-claim", metavar="PVC",
               help="Existing PVC to mount at /shared (default: your DevUser's shared volume).")
 @click.option("--no-shared", is_flag=True, help="Mount nothing at /shared.")
-@click.option("--ssh-key-file", "ssh_key_files", multiple=True, metavar="PATH",
-              help="SSH public key file (repeatable; default: ~/.ssh/id_*.pub). The keys your DevUser was "
-                   "onboarded with are accepted too.")
-@click.option("--no-user-keys", is_flag=True,
-              help="Accept only this server's keys, not those your DevUser was onboarded with.")
+@key_options
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
 @click.option("--idle-timeout", type=DURATION, metavar="DURATION",
               help="Idle time before auto-shutdown: seconds or 30m, 2h, 1d; 0 = never (default 1h).")
@@ -248,7 +280,7 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
            idle_timeout: float | None, auto_shutdown: bool | None, owner: str | None,
            distributed: bool, replicas: int | None, nprocs_per_node: int | None, backend: str | None,
            wait_: bool, timeout: float, dry_run: bool, output: str, duration: str | None = None,
-           no_user_keys: bool = False) -> None:
+           no_user_keys: bool = False, ssh_key_secret: dict | None = None) -> None:
     """Create a dev server NAME of flavor --flavor.
 
     \b
@@ -288,14 +320,18 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         # `devctl config set github-user U` keeps U's GitHub keys in the config.
         keys += [k for k in settings.config.get("ssh-public-keys") or [] if k not in keys]
     namespace = settings.namespace(owner_override=owner)
-    no_key_warning = ("no SSH public key found in ~/.ssh/id_*.pub; 'devctl ssh' needs one: pass --ssh-key-file, "
-                      "or have your DevUser onboarded with keys (devctl admin onboard --ssh-key-file)"
-                      if no_user_keys else
-                      "no SSH public key found in ~/.ssh/id_*.pub: 'devctl ssh' works only with the keys your DevUser "
-                      "was onboarded with (pass --ssh-key-file to add one)") if not keys else None
+    none_found = "no SSH public key found in ~/.ssh/id_*.pub nor from 'devctl config set github-user'"
+    no_key_warning = (None if keys else
+                      f"{none_found}: 'devctl ssh' works only with the keys of Secret {ssh_key_secret['name']} "
+                      "(pass --ssh-key-file to add one)" if ssh_key_secret else
+                      f"{none_found}; 'devctl ssh' needs one: pass --ssh-key-file, or have your DevUser onboarded "
+                      "with keys (devctl admin onboard --ssh-key-file)" if no_user_keys else
+                      f"{none_found}: 'devctl ssh' works only with the keys your DevUser was onboarded with "
+                      "(pass --ssh-key-file to add one)")
     body = build_devserver(
         name, namespace, owner=owner, flavor=flavor, image=image, home_size=home_size,
-        shared_claim=shared_claim, no_shared=no_shared, no_user_keys=no_user_keys, ssh_keys=keys, env=env_vars,
+        shared_claim=shared_claim, no_shared=no_shared, no_user_keys=no_user_keys, ssh_keys=keys,
+        ssh_key_secret=ssh_key_secret, env=env_vars,
         idle_timeout=int(idle_timeout) if idle_timeout is not None else None,
         auto_shutdown=auto_shutdown, distributed=distributed, replicas=replicas,
         nprocs_per_node=nprocs_per_node, backend=backend, duration=duration,

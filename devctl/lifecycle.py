@@ -20,7 +20,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import
 from . import completion as complete
 from .config import Settings
 from .context import kube_options, pass_settings
-from .devserver import MAX_IDLE_TIMEOUT, for_each, targets, targets_arguments
+from .devserver import MAX_IDLE_TIMEOUT, for_each, key_options, targets, targets_arguments
 from .errors import DevctlError
 from .output import DURATION, DurationType, info, output_option, print_object, print_objects
 from . import wait as waiting
@@ -288,13 +288,15 @@ def pick_flavor(flavors: list[dict], gpus: int, replicas: int) -> dict:
 @click.option("--replicas", type=click.IntRange(1, 1024), help="Pods in distributed mode.")
 @click.option("--name", help="Server name (default: gpu<N>-<random>).")
 @click.option("--owner", metavar="EMAIL", help="Owner e-mail (default: config owner, git user.email).")
+@key_options
 @click.option("--wait", "wait_", is_flag=True, help="Wait until Ready: queue position and ETA, then the SSH command.")
 @click.option("--timeout", type=DURATION, default="2h", show_default=True, help="How long --wait waits.")
 @output_option()
 @kube_options()
 @click.pass_context
 def reserve(ctx: click.Context, gpus: int, hours: float, flavor: str | None, distributed: bool, replicas: int | None,
-            name: str | None, owner: str | None, wait_: bool, timeout: float, output: str) -> None:
+            name: str | None, owner: str | None, ssh_key_files: tuple[str, ...], ssh_key_secret: dict | None,
+            no_user_keys: bool, wait_: bool, timeout: float, output: str) -> None:
     """Reserve GPUs for --hours: a dev server with that reservation (spec.lifecycle.duration).
 
     \b
@@ -316,6 +318,7 @@ def reserve(ctx: click.Context, gpus: int, hours: float, flavor: str | None, dis
     name = name or f"gpu{gpus}-{secrets.token_hex(3)}"
     nprocs = max(1, gpus // replicas) if distributed else None
     ctx.invoke(create, name=name, flavor=flavor, image=None, home_size=None, shared_claim=None, no_shared=False,
-               ssh_key_files=(), env=(), idle_timeout=None, auto_shutdown=None, owner=owner,
+               ssh_key_files=ssh_key_files, ssh_key_secret=ssh_key_secret, no_user_keys=no_user_keys, env=(),
+               idle_timeout=None, auto_shutdown=None, owner=owner,
                distributed=distributed, replicas=replicas if distributed else None, nprocs_per_node=nprocs,
                backend=None, wait_=wait_, timeout=timeout, dry_run=False, output=output, duration=duration)

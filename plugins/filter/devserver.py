@@ -24,6 +24,7 @@ class FilterModule(object):
             "devserver_spec_problem": devserver.spec_problem,
             "devserver_placement_problem": devserver.placement_problem,
             "devserver_owner_problem": devserver.owner_problem,
+            "devserver_ssh_key_secret": devserver.ssh_key_secret,
             "devserver_problem_requeue": devserver.problem_requeue,
             "rendezvous_env": rendezvous.rendezvous_env,
             "rendezvous_endpoint": rendezvous.rendezvous_endpoint,

@@ -186,6 +186,41 @@ def owner_problem(spec, devuser=None, namespace=None):
                        "namespace" % (owner, where, name, email, email)}
 
 
+# The data key of the DevUser role's Secret, and sshKeySecretRef.key's default (the CRD's).
+AUTHORIZED_KEYS = "authorized_keys"
+
+
+def ssh_key_secret(spec, devuser=None):
+    """The Secret whose authorized_keys sshd accepts besides spec.sshPublicKeys (issue 27.1):
+    ``{name, key, optional}``, or ``{}`` for none.
+
+    * spec.sshKeySecretRef with a name: that Secret (key default authorized_keys), required;
+      it replaces the DevUser's keys.
+    * else, unless spec.mountUserSSHKeys is false, the SSH keys of the DevUser the namespace
+      belongs to (``devuser``: the object read, None when the namespace has none): its
+      status.sshKeySecretName, the Secret ``devctl admin onboard`` fills, optional (a Secret not
+      written yet keeps no pod from starting).
+    * nothing when spec.enableSSH is false.
+
+    The keys are merged, not chosen: sshd reads the inline keys' file and this one
+    (AuthorizedKeysFile), so both sets log in.  Never raises."""
+    spec = spec if isinstance(spec, dict) else {}
+    if spec.get("enableSSH", True) is False:
+        return {}
+    ref = spec.get("sshKeySecretRef")
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str) and ref["name"]:
+        key = ref.get("key")
+        return {"name": ref["name"], "key": key if isinstance(key, str) and key else AUTHORIZED_KEYS,
+                "optional": False}
+    if spec.get("mountUserSSHKeys", True) is False:
+        return {}
+    status = devuser.get("status") if isinstance(devuser, dict) else None
+    name = status.get("sshKeySecretName") if isinstance(status, dict) else None
+    if isinstance(name, str) and name:
+        return {"name": name, "key": AUTHORIZED_KEYS, "optional": True}
+    return {}
+
+
 # A claim or a quota created later is no event of the server: how soon to look again (reads only).
 PLACEMENT_RECHECK_SECONDS = 60
 

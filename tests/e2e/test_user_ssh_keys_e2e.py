@@ -3,8 +3,9 @@
 ``devctl admin onboard --ssh-key-file`` stores the keys in the DevUser (its role writes the
 Secret ``ssh-public-keys`` of dev-<user>); a DevServer created afterwards in that namespace with
 ``devctl create`` (no key of its own: an empty ~/.ssh) or from seed 000's YAML (no key field at
-all) mounts that Secret where sshd reads it, and ``--no-user-keys`` (spec.mountUserSSHKeys
-false) keeps it out.  That sshd accepts the key from there is shown with the real OpenSSH
+all) mounts that Secret where sshd reads it, ``--no-user-keys`` (spec.mountUserSSHKeys
+false) keeps it out, and ``devctl reserve --ssh-key-secret`` (spec.sshKeySecretRef) mounts
+another Secret instead.  That sshd accepts the key from there is shown with the real OpenSSH
 server by tests/security/test_ssh_user_keys.py."""
 from __future__ import annotations
 
@@ -93,3 +94,16 @@ def test_no_user_keys_opts_out(sim, kube, runtime, home, onboarded):
     wait_ready(sim, kube, NS, "private", timeout=120)
     assert get_ds(kube, NS, "private")["spec"]["mountUserSSHKeys"] is False
     assert secret_volume(kube, "private") == []  # only its own keys (the <name>-ssh ConfigMap)
+
+
+def test_reserve_with_a_key_secret_mounts_it_instead(sim, kube, runtime, home, onboarded):
+    """devctl reserve --ssh-key-secret NAME:KEY (spec.sshKeySecretRef): that Secret, not the DevUser's."""
+    team = KEY.replace("alice@laptop", "team@ci")
+    kube["core"].create_namespaced_secret(NS, {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "team-keys"},
+        "data": {"id.pub": base64.b64encode((team + "\n").encode()).decode()}})
+    devctl(sim, home, "-n", NS, "reserve", "--name", "shared-box", "--gpus", "0", "--hours", "1",
+           "--flavor", "cpu-small", "--owner", EMAIL, "--ssh-key-secret", "team-keys:id.pub")
+    wait_ready(sim, kube, NS, "shared-box", timeout=120)
+    assert get_ds(kube, NS, "shared-box")["spec"]["sshKeySecretRef"] == {"name": "team-keys", "key": "id.pub"}
+    assert secret_volume(kube, "shared-box") == [("team-keys", "/etc/torchdev/ssh-secret", [("id.pub", "authorized_keys")])]

@@ -167,3 +167,42 @@ def test_owner_problem(spec, devuser, mismatch):
 def test_owner_problem_bounds_the_message():
     problem = devserver.owner_problem({"owner": "x" * 10000 + "@e.com"}, ALICE)
     assert len(problem["message"]) < 600 and "this namespace" in problem["message"]
+
+
+# --- the Secret whose authorized_keys sshd reads besides spec.sshPublicKeys (issue 27.1) ---
+USER = {"metadata": {"name": "jane"}, "status": {"namespace": "dev-jane", "sshKeySecretName": "ssh-public-keys"}}
+USERS_KEYS = {"name": "ssh-public-keys", "key": "authorized_keys", "optional": True}
+
+
+@pytest.mark.parametrize("spec,devuser,secret", [
+    # a DevServer in a DevUser's namespace: the user's keys, optional (the Secret may not be written yet)
+    ({}, USER, USERS_KEYS),
+    ({"mountUserSSHKeys": True, "enableSSH": True}, USER, USERS_KEYS),
+    # inline keys do not replace them: sshd reads both files (the union)
+    ({"sshPublicKeys": ["ssh-ed25519 AAAA x"]}, USER, USERS_KEYS),
+    # the opt-out
+    ({"mountUserSSHKeys": False}, USER, {}),
+    # an explicit Secret wins over the user's (required: the pod waits for it), with or without the opt-out
+    ({"sshKeySecretRef": {"name": "team-keys"}}, USER, {"name": "team-keys", "key": "authorized_keys", "optional": False}),
+    ({"sshKeySecretRef": {"name": "team-keys", "key": "id.pub"}, "mountUserSSHKeys": False}, USER,
+     {"name": "team-keys", "key": "id.pub", "optional": False}),
+    ({"sshKeySecretRef": {"name": "team-keys", "key": ""}}, None, {"name": "team-keys", "key": "authorized_keys",
+                                                                  "optional": False}),
+    # no sshd, no keys
+    ({"enableSSH": False}, USER, {}),
+    ({"enableSSH": False, "sshKeySecretRef": {"name": "team-keys"}}, USER, {}),
+    # no DevUser (a plain namespace), or one whose status names no Secret yet
+    ({}, None, {}),
+    ({}, {"metadata": {"name": "jane"}}, {}),
+    ({}, {"status": {"sshKeySecretName": ""}}, {}),
+    # hostile values: nothing mounted, nothing raised
+    ({"sshKeySecretRef": {"name": ""}}, USER, USERS_KEYS),  # spec_errors reports the missing name
+    ({"sshKeySecretRef": {"name": 7}}, None, {}),
+    ({"sshKeySecretRef": "team-keys"}, None, {}),
+    ({}, {"status": {"sshKeySecretName": ["x"]}}, {}),
+    ({}, {"status": "Active"}, {}),
+    (None, USER, USERS_KEYS),
+    ("spec", "user", {}),
+])
+def test_ssh_key_secret(spec, devuser, secret):
+    assert devserver.ssh_key_secret(spec, devuser) == secret

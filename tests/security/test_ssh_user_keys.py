@@ -52,9 +52,10 @@ def onboarded(tmp_path_factory, tools):
     return {"key": base / "id", "public": public, "secret": secret, "base": base}
 
 
-def _server(onboarded, tools, name: str, **spec) -> dict:
+def _server(onboarded, tools, name: str, secrets: dict | None = None, **spec) -> dict:
     """The rendered DevServer ``name`` in jane's namespace: the entrypoint, its environment, and
-    its volume mounts with the Secret's content where the kubelet would put it."""
+    its volume mounts with the Secret's (the onboarded one, or one of ``secrets``: name -> data)
+    and the rendered ConfigMaps' content where the kubelet would put them."""
     base = onboarded["base"] / name
     home, run, mounts = base / "home", base / "run", base / "mounts"
     for directory in (home, run, mounts):
@@ -62,7 +63,7 @@ def _server(onboarded, tools, name: str, **spec) -> dict:
     flavor = yaml.safe_load((ROOT / "config" / "samples" / "torchdev_v1alpha1_devserverflavor_cpu-small.yaml").read_text())
     cr = yaml.safe_load((ROOT / "config" / "samples" / "torchdev_v1alpha1_devserver_standalone.yaml").read_text())
     cr["metadata"].update(name=name, namespace="dev-jane", uid="00000000-0000-0000-0000-00000000000b", generation=1)
-    cr["spec"].update(flavor="cpu-small", owner="jane@example.com", sshPublicKeys=[], **spec)
+    cr["spec"].update(dict({"flavor": "cpu-small", "owner": "jane@example.com", "sshPublicKeys": []}, **spec))
     devuser = {"apiVersion": API, "kind": "DevUser", "metadata": {"name": "jane"},
                "status": {"namespace": "dev-jane", "sshKeySecretName": onboarded["secret"]["metadata"]["name"]}}
     port = _free_port()
@@ -81,17 +82,26 @@ def _server(onboarded, tools, name: str, **spec) -> dict:
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     script = container["args"][-1]
     assert SECRET_MOUNT in script  # the rendered sshd_config reads the Secret's file there
+    secrets = dict(secrets or {}, **{onboarded["secret"]["metadata"]["name"]: onboarded["secret"]["data"]})
+    configmaps = {o["metadata"]["name"]: o.get("data") or {} for o in objects if o["kind"] == "ConfigMap"}
     mounted = {}
-    for mount in container["volumeMounts"]:
-        secret = volumes.get(mount["name"], {}).get("secret")  # home: a volumeClaimTemplate
+    # Longest path first: /etc/torchdev/ssh is a prefix of /etc/torchdev/ssh-secret.
+    for mount in sorted(container["volumeMounts"], key=lambda m: -len(m["mountPath"])):
+        volume = volumes.get(mount["name"], {})  # home: a volumeClaimTemplate
+        secret, configmap = volume.get("secret"), volume.get("configMap")
         if secret:  # the kubelet: the Secret's items at the mountPath
-            assert secret["secretName"] == onboarded["secret"]["metadata"]["name"]
             target = mounts / mount["name"]
             target.mkdir()
             for item in secret["items"]:
-                (target / item["path"]).write_bytes(base64.b64decode(onboarded["secret"]["data"][item["key"]]))
+                (target / item["path"]).write_bytes(base64.b64decode(secrets[secret["secretName"]][item["key"]]))
             script = script.replace(mount["mountPath"], str(target))
             mounted[mount["mountPath"]] = secret
+        elif configmap and mount["mountPath"].startswith("/etc/torchdev/ssh"):  # the inline keys
+            target = mounts / mount["name"]
+            target.mkdir()
+            for key, value in configmaps[configmap["name"]].items():
+                (target / key).write_text(value)
+            script = script.replace(mount["mountPath"], str(target))
     env = {"PATH": os.environ["PATH"]}
     for item in container["env"]:
         env[item["name"]] = item.get("value", "0")  # downward-API values: any will do here
@@ -99,14 +109,31 @@ def _server(onboarded, tools, name: str, **spec) -> dict:
     return {"script": script, "env": env, "run": run, "port": port, "mounted": mounted}
 
 
-def _login(onboarded, tools, server) -> subprocess.CompletedProcess:
+def _ssh(tools, server, key) -> subprocess.CompletedProcess:
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    return subprocess.run(
+        [tools["ssh"], "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+         "-p", str(server["port"]), f"{user}@127.0.0.1", "echo", "logged-in"],
+        capture_output=True, text=True, timeout=60)
+
+
+def _login(onboarded, tools, server, *keys) -> subprocess.CompletedProcess | list[subprocess.CompletedProcess]:
+    """ssh into the started server with the onboarded key, or with each of ``keys``."""
     with entrypoint(server):
-        user = pwd.getpwuid(os.geteuid()).pw_name
-        return subprocess.run(
-            [tools["ssh"], "-F", "/dev/null", "-i", str(onboarded["key"]), "-o", "StrictHostKeyChecking=no",
-             "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
-             "-p", str(server["port"]), f"{user}@127.0.0.1", "echo", "logged-in"],
-            capture_output=True, text=True, timeout=60)
+        if not keys:
+            return _ssh(tools, server, onboarded["key"])
+        return [_ssh(tools, server, key) for key in keys]
+
+
+def _key_pair(onboarded, tools, name: str) -> tuple:
+    path = onboarded["base"] / ("key-" + name)
+    subprocess.run([tools["ssh-keygen"], "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True)
+    return path, path.with_name(path.name + ".pub").read_text().strip()
+
+
+def _logged_in(result) -> bool:
+    return result.returncode == 0 and result.stdout.strip() == "logged-in"
 
 
 def test_the_onboarded_key_logs_in_to_a_server_of_the_users_namespace(onboarded, tools):
@@ -124,3 +151,26 @@ def test_a_server_that_opts_out_refuses_the_onboarded_key(onboarded, tools):
     assert server["mounted"] == {}
     result = _login(onboarded, tools, server)
     assert result.returncode == 255 and "logged-in" not in result.stdout  # Permission denied (publickey)
+
+
+def test_inline_keys_and_the_onboarded_keys_both_log_in(onboarded, tools):
+    """The merge rule: spec.sshPublicKeys do not replace the DevUser's keys; sshd accepts both."""
+    laptop, public = _key_pair(onboarded, tools, "inline")
+    server = _server(onboarded, tools, "both", sshPublicKeys=[public])
+    assert list(server["mounted"]) == [SECRET_MOUNT]
+    inline, user = _login(onboarded, tools, server, laptop, onboarded["key"])
+    assert _logged_in(inline), inline.stderr
+    assert _logged_in(user), user.stderr
+
+
+def test_an_explicit_key_secret_replaces_the_onboarded_keys(onboarded, tools):
+    """spec.sshKeySecretRef (devctl create --ssh-key-secret) wins over the DevUser's Secret."""
+    team, public = _key_pair(onboarded, tools, "team")
+    data = {"id.pub": base64.b64encode((public + "\n").encode()).decode()}
+    server = _server(onboarded, tools, "team", secrets={"team-keys": data},
+                     sshKeySecretRef={"name": "team-keys", "key": "id.pub"})
+    assert server["mounted"] == {SECRET_MOUNT: {"secretName": "team-keys", "defaultMode": 292,
+                                                "items": [{"key": "id.pub", "path": "authorized_keys"}]}}
+    own, user = _login(onboarded, tools, server, team, onboarded["key"])
+    assert _logged_in(own), own.stderr
+    assert user.returncode == 255 and "logged-in" not in user.stdout
