@@ -350,3 +350,186 @@ class VisibilityApi:
             return pending_summary(version, self.pending(name), query=query)
         cq = (queue.get("spec") or {}).get("clusterQueue", "")
         return pending_summary(version, self.pending(cq), namespace, name, query)
+
+
+# -- preemption within a ClusterQueue (kueue v0.19.2 pkg/scheduler/preemption) ----------------
+IN_CLUSTER_QUEUE = "InClusterQueue"       # kueue.InClusterQueueReason (the Preempted condition)
+EVICTED_BY_PREEMPTION = "Preempted"       # kueue.WorkloadEvictedByPreemption (the Evicted condition)
+POLICIES = ("Never", "LowerPriority", "LowerOrNewerEqualPriority", "Any")
+
+
+def condition(wl: Obj | None, type_: str) -> Obj | None:
+    from kubesim.controllers._util import get_condition  # the controllers import this module
+
+    return get_condition(wl or {}, type_)
+
+
+def condition_true(wl: Obj | None, type_: str) -> bool:
+    c = condition(wl, type_)
+    return bool(c and c.get("status") == "True")
+
+
+def evicted(wl: Obj | None) -> bool:
+    """workloadevict.IsEvicted: the Evicted condition is True."""
+    return condition_true(wl, "Evicted")
+
+
+def priority(wl: Obj) -> int:
+    """priority.Priority: spec.priority (0 when absent or not a number)."""
+    p = (wl.get("spec") or {}).get("priority")
+    return p if isinstance(p, int) and not isinstance(p, bool) else 0
+
+
+def preemption_message(preemptor: Obj, cq_name: str) -> str:
+    """preemption.go preemptionMessage for reason InClusterQueue. Without cohorts both paths are
+    buildCQPath's "/<clusterqueue>" (the preemptor and its victim share the ClusterQueue)."""
+    meta = preemptor.get("metadata") or {}
+    uid = meta.get("uid") or "UNKNOWN"
+    job_uid = (meta.get("labels") or {}).get(JOB_UID_LABEL) or "UNKNOWN"
+    path = f"/{cq_name}" if cq_name else "UNKNOWN"
+    return (f"Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to "
+            f"prioritization in the ClusterQueue; preemptor path: {path}; preemptee path: {path}")
+
+
+def satisfies_policy(policy: str | None, preemptor: Obj, candidate: Obj) -> bool:
+    """common.SatisfiesPreemptionPolicy (SchedulerTimestampPreemptionBuffer off, its default):
+    LowerPriority: the candidate's priority is lower; LowerOrNewerEqualPriority: lower, or equal
+    and the candidate's queue-order timestamp (its creationTimestamp) is strictly later; Any:
+    always; Never (or anything else): never."""
+    lower = priority(preemptor) > priority(candidate)
+    if policy == "LowerPriority":
+        return lower
+    if policy == "LowerOrNewerEqualPriority":
+        a = _timestamp((preemptor.get("metadata") or {}).get("creationTimestamp"))
+        b = _timestamp((candidate.get("metadata") or {}).get("creationTimestamp"))
+        return lower or (priority(preemptor) == priority(candidate) and a is not None
+                         and b is not None and a < b)
+    return policy == "Any"
+
+
+def _timestamp(text: Any) -> Any:
+    from kubesim.controllers._util import parse_time
+
+    return parse_time(text) if isinstance(text, str) else None
+
+
+def candidates_in_order(candidates: Iterable[Obj]) -> list[Obj]:
+    """common.CandidatesOrdering within one ClusterQueue: evicted ones first, then the lowest
+    priority, then the most recent quota reservation (the QuotaReserved condition's
+    lastTransitionTime), then the UID."""
+    def reserved(wl: Obj) -> Any:
+        c = condition(wl, "QuotaReserved")
+        t = _timestamp(c.get("lastTransitionTime")) if c and c.get("status") == "True" else None
+        return t.timestamp() if t is not None else float("inf")  # unset: "now", the newest
+    return sorted(candidates, key=lambda w: (not evicted(w), priority(w), -reserved(w),
+                                             str((w.get("metadata") or {}).get("uid", ""))))
+
+
+def admission_usage(wl: Obj) -> dict[str, Resources]:
+    """{flavor: {resource: quantity}} a Workload's status.admission reserves."""
+    out: dict[str, Resources] = {}
+    for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        for res, fl in (psa.get("flavors") or {}).items():
+            q = parse_quantity((psa.get("resourceUsage") or {}).get(res, 0))
+            out.setdefault(fl, {})
+            out[fl][res] = out[fl].get(res, Decimal(0)) + q
+    return out
+
+
+def _shift(used: dict[str, Resources], usage: Mapping[str, Mapping[str, Decimal]], sign: int) -> None:
+    for fl, res in usage.items():
+        acc = used.setdefault(fl, {})
+        for r, q in res.items():
+            acc[r] = acc.get(r, Decimal(0)) + sign * q
+
+
+def preemption_targets(cq: Obj, preemptor: Obj, need: Mapping[str, Decimal],
+                       used: Mapping[str, Mapping[str, Decimal]], admitted: Iterable[Obj],
+                       flavors_exist: Iterable[str] | Mapping[str, Obj] | None = None,
+                       pod_spec: Obj | None = None) -> list[Obj]:
+    """The workloads of the ClusterQueue `cq` to evict so that `preemptor` (needing `need`) fits
+    its nominal quota, as kueue's classicalPreemptions picks them for withinClusterQueue; [] when
+    the policy is Never or no such set exists.
+
+    Candidates: the `admitted` workloads (those holding quota in `cq`, already evicted ones
+    included) that use a resource the preemptor requests and satisfy the ClusterQueue's
+    `spec.preemption.withinClusterQueue` policy (satisfies_policy), in candidates_in_order.
+    They are removed one by one from `used` until the preemptor fits (assign_flavors); then,
+    from the last but one back to the first, each is given back if the preemptor still fits
+    without removing it (fillBackWorkloads)."""
+    policy = ((cq.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue") or "Never"
+    if policy not in POLICIES or policy == "Never":
+        return []
+    wanted = {r for r, v in need.items() if v}
+    cands = [w for w in admitted
+             if w.get("metadata", {}).get("uid") != preemptor.get("metadata", {}).get("uid")
+             and any(wanted & set(res) for res in admission_usage(w).values())
+             and satisfies_policy(policy, preemptor, w)]
+    usage = {fl: dict(res) for fl, res in used.items()}
+
+    def fits() -> bool:
+        return assign_flavors(cq, need, usage, flavors_exist, pod_spec)[0] is not None
+
+    targets: list[Obj] = []
+    for cand in candidates_in_order(cands):
+        _shift(usage, admission_usage(cand), -1)
+        targets.append(cand)
+        if fits():
+            for i in range(len(targets) - 2, -1, -1):
+                _shift(usage, admission_usage(targets[i]), 1)
+                if fits():
+                    del targets[i]
+                else:
+                    _shift(usage, admission_usage(targets[i]), -1)
+            return targets
+    return []
+
+
+def evict_status(status: Obj, message: str, when: str) -> Obj:
+    """The victim's status as IssuePreemptions writes it (workloadevict.Evict with
+    SetPreemptedCondition as its CustomPrepare): Preempted True reason InClusterQueue, then
+    Evicted True reason Preempted, both with `message` (preemption_message)."""
+    from kubesim.controllers._util import set_condition
+
+    out = dict(status)
+    conds = set_condition(out.get("conditions"), "Preempted", "True", IN_CLUSTER_QUEUE, message, when)
+    out["conditions"] = set_condition(conds, "Evicted", "True", EVICTED_BY_PREEMPTION, message, when)
+    return out
+
+
+def requeue_status(status: Obj, when: str) -> Obj:
+    """The status jobframework's reconciler writes once an evicted Workload's job has stopped
+    (reconciler.go, "handle eviction"): Requeued (True for an eviction by preemption) with the
+    Evicted condition's reason and message, then UnsetQuotaReservationWithCondition: QuotaReserved
+    False reason Pending (UnadmittedWorkloadsObservability off, its default) with the same
+    message, status.admission cleared, and SyncAdmittedCondition's Admitted False reason
+    NoReservation "The workload has no reservation"."""
+    from kubesim.controllers._util import set_condition
+
+    ev = next((c for c in status.get("conditions") or [] if c.get("type") == "Evicted"), None) or {}
+    reason, message = ev.get("reason", ""), ev.get("message", "")
+    out = dict(status)
+    conds = set_condition(out.get("conditions"), "Requeued",
+                          "True" if reason in (EVICTED_BY_PREEMPTION, "NodeFailures") else "False",
+                          reason, message, when)
+    conds = set_condition(conds, "QuotaReserved", "False", "Pending", message, when)
+    out.pop("admission", None)
+    if any(c.get("type") == "Admitted" and c.get("status") == "True" for c in conds):
+        conds = set_condition(conds, "Admitted", "False", "NoReservation",
+                              "The workload has no reservation", when)
+    out["conditions"] = conds
+    return out
+
+
+def readmit_conditions(conditions: list[Obj] | None, when: str) -> list[Obj]:
+    """SetQuotaReservation's resetActiveCondition: a True Evicted / Preempted condition turns False
+    with reason QuotaReserved and message "Previously: <its message>"."""
+    from kubesim.controllers._util import set_condition
+
+    conds = list(conditions or [])
+    for type_ in ("Evicted", "Preempted"):
+        prev = next((c for c in conds if c.get("type") == type_), None)
+        if prev and prev.get("status") == "True":
+            conds = set_condition(conds, type_, "False", "QuotaReserved",
+                                  "Previously: " + prev.get("message", ""), when)
+    return conds

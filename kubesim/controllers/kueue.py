@@ -20,10 +20,31 @@ as v0.19.2 does, a change of a queued StatefulSet's replicas (N to M) or of its 
 (requests, ports, nodeSelector, affinity, tolerations, ...), and a queue-name change while a
 replica is ready. A flavor is only assigned to a pod
 set whose nodeSelector agrees with its nodeLabels and whose tolerations cover its nodeTaints
-(kueue's flavor assigner; required node affinity is not looked at). Not modelled: cohorts, borrowing,
-preemption, admission checks, fair sharing and nodeSelector injection from the flavor's
+(kueue's flavor assigner; required node affinity is not looked at). Not modelled: cohorts, borrowing
+(hence no reclaimWithinCohort / borrowWithinCohort preemption), admission checks, fair sharing,
+the Events and metrics of admission and eviction, and nodeSelector injection from the flavor's
 nodeLabels (a pod's nodeSelector is immutable here). batch/v1 Jobs: controllers/kueue_job.py
 (Finished Workloads hold no quota).
+
+Preemption within a ClusterQueue (Kueue v0.19.2's classical preemption, pkg/scheduler/preemption):
+when the head pending workload of a ClusterQueue whose `spec.preemption.withinClusterQueue` is
+LowerPriority or LowerOrNewerEqualPriority (Never, the default, preempts nothing) does not fit the
+unused nominal quota, and evicting admitted workloads of that ClusterQueue makes it fit, those are
+evicted: candidates allowed by the policy (lower priority; or, for LowerOrNewerEqualPriority,
+equal priority and created later), lowest priority first, then the most recently admitted, only
+as many as needed (kubesim/kueue.py preemption_targets). A victim gets Preempted True reason
+InClusterQueue and Evicted True reason Preempted, both with "Preempted to accommodate a workload
+(UID: <preemptor>, JobUID: <its job>) due to prioritization in the ClusterQueue; preemptor path:
+/<cq>; preemptee path: /<cq>" (preemption.go preemptionMessage). Its job is then stopped (a Job:
+controllers/kueue_job.py; a StatefulSet or plain pod: each running pod gets TerminationTarget True
+reason WorkloadEvictedDueToPreempted and is deleted, the StatefulSet's re-created pods are gated
+again) and once nothing runs its quota is released: Requeued True reason Preempted, QuotaReserved
+False reason Pending (both with the eviction message), Admitted False reason NoReservation "The
+workload has no reservation", status.admission cleared (jobframework's "handle eviction"). The
+preemptor waits meanwhile (QuotaReserved False Pending "... Pending the preemption of N
+workload(s)"; the workloads behind it keep their conditions, as Kueue's heap keeps it the head) and
+is admitted once the quota is free. A victim re-admitted later has Evicted and Preempted False
+reason QuotaReserved "Previously: <message>" (SetQuotaReservation's resetActiveCondition).
 
 Plain pods (kueue's pod integration, ``integrations.frameworks: [pod]``): a pod labelled
 `kueue.x-k8s.io/queue-name` itself and not controlled by a StatefulSet or a Job is gated at
@@ -39,7 +60,7 @@ from decimal import Decimal
 from typing import Any, Hashable
 
 from kubesim import kueue as kq
-from kubesim.controllers._util import (controller_ref, fmt_time,
+from kubesim.controllers._util import (controller_ref, delete_pod, fmt_time,
                                        ignore_not_found, list_readonly, now, safe_encode,
                                        set_condition, template_hash, write_status)
 from kubesim.controllers.base import Controller, register
@@ -237,7 +258,7 @@ class KueueController(Controller):
                               copy_=False)
         except ApiError:
             wl = None
-        if _admitted(wl):
+        if _admitted(wl) and not kq.evicted(wl):
             return
         self._add_gate(pod)
 
@@ -289,6 +310,7 @@ class KueueController(Controller):
             return None
         t = fmt_time(now(self.cluster))
         retry = self._sync_workloads()
+        self._stop_evicted(t)
         flavors = {f["metadata"]["name"]: f for f in list_readonly(self.api, kq.RESOURCE_FLAVORS)}
         cqs = {c["metadata"]["name"]: c for c in list_readonly(self.api, kq.CLUSTER_QUEUES)}
         lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q
@@ -332,18 +354,32 @@ class KueueController(Controller):
             stopped = (cq.get("spec") or {}).get("stopPolicy", "None") != "None"
             cq_used = used.setdefault(cq_name, {})
             blocked = stopped
+            preempting = False
             position = 0
             for wl in queue:
                 need = kq.workload_requests(wl)
                 assignment, why = (None, "ClusterQueue is stopped") if stopped else \
                     (None, "blocked by an earlier workload (StrictFIFO)") if blocked else \
                     kq.assign_flavors(cq, need, cq_used, flavors, _pod_spec(wl))
+                if preempting:  # kueue: the preemptor stays the head; the rest wait unseen
+                    position += 1
+                    self._set_pending(wl, None, "", position, t)
+                    continue
                 if assignment is None:
-                    if strict:
+                    message = f"couldn't assign flavors to pod set main: {why}"
+                    targets = [] if (stopped or blocked) else kq.preemption_targets(
+                        cq, wl, need, cq_used, admitted_in.get(cq_name, []), flavors,
+                        _pod_spec(wl))
+                    if targets:
+                        preempting = True
+                        for victim in targets:
+                            if not kq.evicted(victim):
+                                self._evict(victim, wl, cq_name, t)
+                        message += f". Pending the preemption of {len(targets)} workload(s)"
+                    elif strict:
                         blocked = True
                     position += 1
-                    self._set_pending(wl, "Pending", f"couldn't assign flavors to pod set "
-                                      f"main: {why}", position, t)
+                    self._set_pending(wl, "Pending", message, position, t)
                     continue
                 for res, fl in assignment.items():
                     cq_used.setdefault(fl, {})
@@ -411,6 +447,50 @@ class KueueController(Controller):
                                 wl["metadata"]["name"], copy_=False)
         except ApiError:
             return None
+
+    # -- eviction of pod groups and plain pods (kueue's pod integration) ---------------------
+    def _stop_evicted(self, t: str) -> None:
+        """Stop the pods of an evicted Workload that still holds quota, as Kueue's pod integration
+        does (pkg/controller/jobs/pod Stop): each pod neither gated nor ended nor being deleted
+        gets the status condition TerminationTarget True (reason WorkloadEvictedDueTo<Evicted's
+        reason>, the Evicted message) and is deleted. Once none of its pods is Running the quota
+        is released (kq.requeue_status). A StatefulSet re-creates its pods, which the pod webhook
+        gates again until the Workload is re-admitted; a plain pod's Workload goes with its pod."""
+        for wl in list_readonly(self.api, kq.WORKLOADS):
+            if not kq.evicted(wl) or not kq.condition_true(wl, "QuotaReserved") or _finished(wl):
+                continue
+            owner = next((r for r in wl["metadata"].get("ownerReferences") or []
+                          if r.get("controller") and r.get("kind") in ("StatefulSet", "Pod")), None)
+            if owner is None:
+                continue  # a Job: controllers/kueue_job.py stops it
+            ns = wl["metadata"]["namespace"]
+            ev = kq.condition(wl, "Evicted") or {}
+            def owned(p: Obj, uid: Any = owner.get("uid")) -> bool:
+                return p["metadata"].get("uid") == uid or any(
+                    r.get("controller") and r.get("uid") == uid
+                    for r in p["metadata"].get("ownerReferences") or [])
+            for pod in [p for p in list_readonly(self.api, "pods", ns) if owned(p)]:
+                gated = any(g.get("name") == kq.ADMISSION_GATE
+                            for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+                if (pod["metadata"].get("deletionTimestamp") or gated
+                        or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
+                    continue
+                status = dict(pod.get("status") or {})
+                status["conditions"] = set_condition(
+                    status.get("conditions"), "TerminationTarget", "True",
+                    f"WorkloadEvictedDueTo{ev.get('reason', '')}", ev.get("message", ""), t)
+                if write_status(self.api, "pods", pod, status) is not None:
+                    delete_pod(self.api, pod)
+            running = any((p.get("status") or {}).get("phase") == "Running"
+                          for p in list_readonly(self.api, "pods", ns) if owned(p))
+            if not running:
+                fresh = self._fresh(wl)
+                if fresh is not None and kq.condition_true(fresh, "QuotaReserved"):
+                    if write_status(self.api, kq.WORKLOADS, fresh,
+                                    kq.requeue_status(dict(fresh.get("status") or {}), t)) is None:
+                        self.enqueue_after(ALL, 0.05)
+            else:
+                self.enqueue_after(ALL, 0.1)
 
     # -- workloads for StatefulSets -------------------------------------------------------
     def _sync_workloads(self) -> float | None:
@@ -494,8 +574,9 @@ class KueueController(Controller):
                 "spec": wspec}
 
     # -- status writes --------------------------------------------------------------------
-    def _set_pending(self, wl: Obj, reason: str, message: str, position: int | None,
+    def _set_pending(self, wl: Obj, reason: str | None, message: str, position: int | None,
                      t: str) -> None:
+        """Set the queue position annotation and, unless `reason` is None, QuotaReserved False."""
         ann = wl["metadata"].get("annotations") or {}
         want = str(position) if position is not None else None
         if ann.get(kq.POSITION_ANNOTATION) != want:
@@ -514,6 +595,8 @@ class KueueController(Controller):
                     self.enqueue_after(ALL, 0.05)
                     return
                 raise
+        if reason is None:
+            return
         status = dict(wl.get("status") or {})
         status["conditions"] = set_condition(status.get("conditions"), "QuotaReserved",
                                              "False", reason, message, t)
@@ -541,9 +624,21 @@ class KueueController(Controller):
             "resourceUsage": {r: kq.format_quantity(need[r], r) for r in assignment}}]}
         conds = set_condition(status.get("conditions"), "QuotaReserved", "True",
                               "QuotaReserved", f"Quota reserved in ClusterQueue {cq_name}", t)
+        conds = kq.readmit_conditions(conds, t)
         status["conditions"] = set_condition(conds, "Admitted", "True", "Admitted",
                                              "The workload is admitted", t)
         return write_status(self.api, kq.WORKLOADS, wl, status)
+
+    def _evict(self, victim: Obj, preemptor: Obj, cq_name: str, t: str) -> None:
+        """IssuePreemptions: mark `victim` Preempted and Evicted; its job is stopped by its
+        integration (controllers/kueue_job.py for a Job, _stop_evicted for pods)."""
+        fresh = self._fresh(victim)
+        if fresh is None or kq.evicted(fresh):
+            return
+        status = kq.evict_status(dict(fresh.get("status") or {}),
+                                 kq.preemption_message(preemptor, cq_name), t)
+        if write_status(self.api, kq.WORKLOADS, fresh, status) is None:
+            self.enqueue_after(ALL, 0.05)
 
     def _cq_status(self, cq: Obj, used: dict, pending: int, admitted: int,
                    missing_flavors: list[str], t: str) -> None:
@@ -581,7 +676,8 @@ class KueueController(Controller):
                         for g in (p.get("spec") or {}).get("schedulingGates") or [])]
         if not gated:
             return
-        release = {r.get("uid") for wl in list_readonly(self.api, kq.WORKLOADS) if _admitted(wl)
+        release = {r.get("uid") for wl in list_readonly(self.api, kq.WORKLOADS)
+                   if _admitted(wl) and not kq.evicted(wl)
                    for r in wl["metadata"].get("ownerReferences") or [] if r.get("controller")}
         # a StatefulSet that left its queue releases its pods too
         release |= {s["metadata"]["uid"] for s in list_readonly(self.api, STS)

@@ -11,9 +11,17 @@ kubesim/controllers/kueue.py, whose admission loop does the queueing).
   Failed): kubesim's Kueue admission no longer counts it, the quota is released. Deleting
   the Job deletes the Workload (ownerReference) and releases the quota too.
 
+* Eviction (preemption: controllers/kueue.py): the Job is suspended (batch/v1 Job's Stop; the
+  Job controller deletes its active pods and sets Suspended True reason JobSuspended); once its
+  `status.active` is 0 the Workload's quota is released (Requeued True, QuotaReserved False
+  Pending, Admitted False NoReservation, `status.admission` cleared: kubesim/kueue.py
+  requeue_status). Re-admission unsuspends it again. Kueue's RestorePodSetsInfo has nothing to
+  undo here, as nothing is injected into the template at admission.
+
 Not modelled: partial admission, nodeSelector injection from the ResourceFlavor, re-queueing
-of a Job suspended after admission (Kueue's `spec.active: false` is how a Workload is
-deactivated), the `kueue.x-k8s.io/job-min-parallelism` annotation.
+of a Job suspended after admission by its owner (Kueue's `spec.active: false` is how a Workload
+is deactivated), the `kueue.x-k8s.io/job-min-parallelism` annotation, the Job's transient
+`kueue.x-k8s.io/stopping` annotation and its "Stopped" Event.
 """
 from __future__ import annotations
 
@@ -113,12 +121,32 @@ class KueueJobController(Controller):
                 if write_status(self.api, kq.WORKLOADS, wl, status) is None:
                     return 0.05
             return None
+        if kq.evicted(wl):
+            return self._stop(job, wl)
         if _admitted(wl) and (job.get("spec") or {}).get("suspend"):
             try:
                 self.api.patch(JOBS, ns, name, {"spec": {"suspend": False}})
             except ApiError as exc:
                 if exc.code != 404:
                     raise
+        return None
+
+    def _stop(self, job: Obj, wl: Obj) -> float | None:
+        """jobframework's "handle eviction": suspend the Job (batch/v1 Job's Stop); once it has
+        no active pods (`status.active` 0, after the Job controller deleted them) release the
+        quota (kq.requeue_status)."""
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        if not (job.get("spec") or {}).get("suspend"):
+            try:
+                job = self.api.patch(JOBS, ns, name, {"spec": {"suspend": True}})
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+                return None
+        if kq.condition_true(wl, "QuotaReserved") and not (job.get("status") or {}).get("active"):
+            status = kq.requeue_status(dict(wl.get("status") or {}), fmt_time(now(self.cluster)))
+            if write_status(self.api, kq.WORKLOADS, wl, status) is None:
+                return 0.05
         return None
 
     def _desired_workload(self, job: Obj) -> Obj:
