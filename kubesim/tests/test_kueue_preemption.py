@@ -430,3 +430,32 @@ def test_statefulset_pods_are_stopped_and_gated_again(sim):
     sim.wait_for(lambda: (pod() or {}).get("status", {}).get("phase") == "Running"
                  and not pod()["spec"].get("schedulingGates"), 15, message="srv-0 runs again")
     assert cond(get(sim, kq.WORKLOADS, ns, name), "Evicted")["reason"] == "QuotaReserved"
+
+
+def test_a_plain_pod_is_stopped_and_its_workload_goes(sim):
+    """A plain pod (Kueue's pod integration) preempted: TerminationTarget, deleted; its Workload
+    goes with it, and the preemptor is admitted."""
+    ns, cq, i = queue(sim, "LowerPriority")
+    pod = create(sim, "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "solo", "namespace": ns, "labels": {kq.QUEUE_LABEL: "lq"}}, "spec": {
+        "restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "busybox",
+            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "2"},
+                          "limits": {"nvidia.com/gpu": "2"}}}]}}, ns)
+    sim.wait_for(lambda: get(sim, "pods", ns, "solo")["status"].get("phase") == "Running", 15,
+                 message="solo running")
+    stopped: list = []
+
+    def record(event_type, resource, obj, old):
+        if resource == "pods" and obj["metadata"].get("uid") == pod["metadata"]["uid"] and cond(
+                obj, "TerminationTarget"):
+            stopped.append(cond(obj, "TerminationTarget"))
+    sim.call(sim.api.subscribe, record)
+    high = job(sim, ns, "high", f"high-{i}")
+    running_job(sim, ns, high)
+    assert stopped and (stopped[0]["status"], stopped[0]["reason"]) == \
+        ("True", "WorkloadEvictedDueToPreempted")
+    assert "due to prioritization in the ClusterQueue" in stopped[0]["message"]
+    sim.wait_for(lambda: not [w for w in sim.call(sim.api.list, kq.WORKLOADS, ns)["items"]
+                              if w["metadata"]["name"].startswith("pod-solo-")], 10,
+                 message="solo's Workload gone")
