@@ -64,13 +64,14 @@ def _table_row(key: str, row: dict) -> list[str]:
     ended = row["ended"]
     return [key, str(row["launched"]), str(ended["Expired"]), "%d (%d early)" % (ended["Cancelled"], row["earlyCancellations"]),
             str(ended["Idle"]), str(ended["Stopped"]), str(ended["Deleted"]), str(ended["Succeeded"]),
-            str(ended["Failed"]),
+            str(ended["Failed"]), str(ended["Preempted"]), str(ended["Evicted"]),
             human_duration(row["meanWaitSeconds"]) if row["launched"] else "-",
             "%.2f" % float(row["gpuHours"]), "$%.2f" % float(row["cost"]), "%.2f" % float(row["idleSavedGPUHours"])]
 
 
 def to_table(data: dict[str, Any]) -> str:
-    columns = ["LAUNCHED", "EXPIRED", "CANCELLED", "IDLE", "STOPPED", "DELETED", "SUCCEEDED", "FAILED", "MEAN-WAIT",
+    columns = ["LAUNCHED", "EXPIRED", "CANCELLED", "IDLE", "STOPPED", "DELETED", "SUCCEEDED", "FAILED", "PREEMPTED",
+               "EVICTED", "MEAN-WAIT",
                "GPU-HOURS", "COST", "IDLE-SAVED-GPU-H"]
     parts = []
     for group, key in (("byUser", "user"), ("byFlavor", "flavor"), ("byKind", "kind")):

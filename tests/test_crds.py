@@ -509,7 +509,7 @@ def usage_record(**spec: Any) -> dict:
 
 # (id, mutation of the sample's spec, field path the error must name, text the error must contain)
 INVALID_USAGE_RECORDS = [
-    ("unknown-reason", {"endReason": "Evicted"}, "spec.endReason", "Unsupported value"),
+    ("unknown-reason", {"endReason": "Vanished"}, "spec.endReason", "Unsupported value"),
     ("negative-gpus", {"gpus": -1}, "spec.gpus", "greater than or equal to 0"),
     ("gpus-not-per-replica", {"replicas": 2, "gpus": 3}, "spec.gpus", "replicas x the flavor's GPUs"),
     ("float-cost", {"cost": "1.23456"}, "spec.cost", "should match"),
@@ -524,13 +524,19 @@ INVALID_USAGE_RECORDS = [
     ("devserver-reason-on-a-job", {"kind": "TrainingJob", "endReason": "Expired"}, "spec.endReason",
      "endReason must be Succeeded, Failed or Deleted"),
     ("devserver-without-flavor", {"flavor": None}, "spec.flavor", "flavor is required in the record of a DevServer"),
+    # issue 26.5: Preempted and Evicted end a TrainingJob's admission by Kueue, nothing else's
+    ("preempted-devserver", {"endReason": "Preempted"}, "spec.endReason", "Preempted and Evicted only for a TrainingJob"),
+    ("evicted-eaj", {"kind": "EphemeralAccelerationJob", "flavor": None, "endReason": "Evicted"}, "spec.endReason",
+     "Preempted and Evicted only for a TrainingJob"),
 ]
 
 
 def test_job_usage_records_are_admitted(models):
     """A job's record (issue 25.3): kind, no flavor, endReason Succeeded or Failed, or Deleted
-    (the DevUser role closes the open record of a job deleted while it ran)."""
-    for kind, reason in (("EphemeralAccelerationJob", "Succeeded"), ("TrainingJob", "Failed"), ("TrainingJob", "Deleted")):
+    (the DevUser role closes the open record of a job deleted while it ran); a TrainingJob's also
+    Preempted or Evicted (issue 26.5: Kueue evicted it, the admission's record is closed)."""
+    for kind, reason in (("EphemeralAccelerationJob", "Succeeded"), ("TrainingJob", "Failed"), ("TrainingJob", "Deleted"),
+                         ("TrainingJob", "Preempted"), ("TrainingJob", "Evicted")):  # Kueue evicted it (issue 26.5)
         obj = usage_record(kind=kind, endReason=reason, pricePerHour="0", cost="0.0000")
         del obj["spec"]["flavor"]
         assert models["UsageRecord"].admit(obj)["spec"]["kind"] == kind

@@ -34,4 +34,5 @@ class FilterModule(object):
             "trainingjob_status": trainingjob_status.status,
             "trainingjob_rejected_status": trainingjob_status.rejected_status,
             "trainingjob_requeue": trainingjob_status.requeue,
+            "trainingjob_eviction_event": trainingjob_status.eviction_event,
         })

@@ -234,16 +234,18 @@ def job_pod_refusals(job, events, pods, workers):
 
 
 # --------------------------------------------------------------------------- the operator's record
-LEDGER_TIMES = ("startTime", "lastRestartTime", "completionTime")
+LEDGER_TIMES = ("startTime", "lastRestartTime", "completionTime", "lastEvictionTime", "usageStartTime")
 LEDGER_MAX = 4096  # characters of the annotation read; longer is no record the operator wrote
 RESTARTS_MAX = 1000
+EVICTIONS_MAX = 100000
 
 
 def ledger(tj):
     """The operator's record of the run (TRAINING_RUN_ANNOTATION): {state, restartCount,
-    startTime, lastRestartTime, lastRestartReason, completionTime, reason}, each value checked
-    (a state of TRAININGJOB_STATES, a count 0..1000, RFC 3339 times, text of at most
-    MESSAGE_LIMIT) and dropped when it is not.  No annotation: a TrainingJob the operator has
+    startTime, lastRestartTime, lastRestartReason, completionTime, reason, evictions,
+    lastEvictionTime, lastEvictionReason, usageStartTime}, each value checked (a state of
+    TRAININGJOB_STATES, a count 0..1000 (evictions 0..EVICTIONS_MAX), RFC 3339 times, text of at
+    most MESSAGE_LIMIT) and dropped when it is not.  No annotation: a TrainingJob the operator has
     not recorded yet, read from its status once (an object of an earlier version; a new one
     has no status either, and the record is written before its Job exists).  Never raises."""
     tj = tj if isinstance(tj, dict) else {}
@@ -265,24 +267,32 @@ def ledger(tj):
     count = source.get("restartCount")
     if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= RESTARTS_MAX:
         out["restartCount"] = count
+    count = source.get("evictions")
+    if isinstance(count, int) and not isinstance(count, bool) and 0 < count <= EVICTIONS_MAX:
+        out["evictions"] = count
     for key in LEDGER_TIMES:
         if isinstance(source.get(key), str) and _time(source[key]) is not None:
             out[key] = source[key][:32]
-    for key in ("lastRestartReason", "reason"):
+    for key in ("lastRestartReason", "reason", "lastEvictionReason"):
         if isinstance(source.get(key), str) and source[key]:
             out[key] = source[key][:MESSAGE_LIMIT]
     return out
 
 
 def ledger_of(decision):
-    """The record a decision leaves (what ``ledger`` reads back on the next reconcile)."""
+    """The record a decision leaves (what ``ledger`` reads back on the next reconcile).  The
+    eviction fields only once Kueue evicted the run, and usageStartTime only when it differs
+    from startTime: the record of a run never evicted is what it was before they existed."""
     d = decision or {}
     final = d.get("state") in FINAL
     record = {"state": d.get("state"), "restartCount": int(d.get("restartCount") or 0),
               "startTime": d.get("startTime"), "lastRestartTime": d.get("lastRestartTime"),
               "lastRestartReason": d.get("lastRestartReason"),
               "completionTime": d.get("completionTime") if final else None,
-              "reason": d.get("reason") if final else None}
+              "reason": d.get("reason") if final else None,
+              "evictions": int(d.get("evictions") or 0) or None,
+              "lastEvictionTime": d.get("lastEvictionTime"), "lastEvictionReason": d.get("lastEvictionReason"),
+              "usageStartTime": d.get("usageStartTime") if d.get("usageStartTime") != d.get("startTime") else None}
     return {k: v for k, v in record.items() if v not in (None, "")}
 
 
@@ -299,6 +309,140 @@ def ledger_patch(tj, decision):
                          "annotations": {TRAINING_RUN_ANNOTATION: text}}}
 
 
+# --------------------------------------------------------------------------- Kueue evictions
+# A reason as the TrainingJob CRD's condition reason pattern accepts it (Kueue's are CamelCase:
+# Preempted, PodsReadyTimeout, AdmissionCheck, ClusterQueueStopped, LocalQueueStopped,
+# NodeFailures, Deactivated, DeactivatedDueTo<cause>, ...); anything else reads as Evicted.
+_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]{0,126}[A-Za-z0-9_])?$")
+EVICTED = "Evicted"
+PREEMPTED = "Preempted"  # kueue WorkloadEvictedByPreemption
+READMITTED = "Readmitted"
+DEACTIVATED = "Deactivated"  # kueue WorkloadDeactivated (spec.active false): not re-queued
+
+
+def _text(value, limit=MESSAGE_LIMIT):
+    """Printable, whitespace collapsed, at most ``limit`` characters ("" when not text)."""
+    if not isinstance(value, str):
+        return ""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in value[:4 * limit]).split())[:limit]
+
+
+def _workload_condition(workload, ctype):
+    conds = ((workload.get("status") if isinstance(workload, dict) else None) or {})
+    conds = conds.get("conditions") if isinstance(conds, dict) else None
+    for cond in conds if isinstance(conds, list) else []:
+        if isinstance(cond, dict) and cond.get("type") == ctype:
+            return cond
+    return {}
+
+
+def _stamp(value):
+    """An RFC 3339 time as the ledger keeps it (second precision, Z), or None."""
+    t = _time(value) if isinstance(value, str) else None
+    return _fmt(t) if t is not None else None
+
+
+def workload_eviction(workload):
+    """{reason, message, time, preemption} while Kueue has evicted ``workload`` (the Job's
+    Workload: its condition Evicted True, which Kueue sets when it evicts and turns False when it
+    admits the Workload again), else None.  ``reason``: Kueue's (Preempted, PodsReadyTimeout,
+    ...; one the condition reason pattern refuses reads Evicted); ``message``: the Preempted
+    condition's when it is True (who preempted it and why), else the Evicted condition's;
+    ``time``: the Evicted condition's lastTransitionTime, what tells one eviction from the next
+    (None when it has none: no eviction is reported).  Never raises."""
+    evicted = _workload_condition(workload, "Evicted")
+    if evicted.get("status") != "True":
+        return None
+    when = _stamp(evicted.get("lastTransitionTime"))
+    if when is None:
+        return None
+    reason = evicted.get("reason") if isinstance(evicted.get("reason"), str) and _REASON.match(evicted["reason"]) \
+        else EVICTED
+    preempted = _workload_condition(workload, "Preempted")
+    preempted = preempted if preempted.get("status") == "True" else {}
+    preemption = preempted.get("reason") if isinstance(preempted.get("reason"), str) \
+        and _REASON.match(preempted["reason"]) else None
+    message = _text(preempted.get("message")) or _text(evicted.get("message"))
+    return {"reason": reason, "message": message, "time": when, "preemption": preemption}
+
+
+def workload_readmission(workload):
+    """{time, reason} when Kueue admitted ``workload`` again after an eviction (its Evicted
+    condition False with Kueue's "Previously: ..." message; ``time``: its lastTransitionTime,
+    ``reason``: Preempted when the Preempted condition turned False with it, else Evicted), else
+    None.  Never raises."""
+    evicted = _workload_condition(workload, "Evicted")
+    if evicted.get("status") != "False" or not _text(evicted.get("message")).startswith("Previously"):
+        return None
+    when = _stamp(evicted.get("lastTransitionTime"))
+    if when is None:
+        return None
+    preempted = _workload_condition(workload, "Preempted")
+    was_preempted = preempted.get("status") == "False" and _stamp(preempted.get("lastTransitionTime")) == when \
+        and _text(preempted.get("message")).startswith("Previously")
+    return {"time": when, "reason": PREEMPTED if was_preempted else EVICTED}
+
+
+def usage_end_reason(reason):
+    """The UsageRecord endReason of a run Kueue evicted with ``reason``: Preempted for Kueue's
+    Preempted, Evicted for any other."""
+    return PREEMPTED if reason == PREEMPTED else EVICTED
+
+
+def _before(a, b):
+    ta, tb = _time(a), _time(b)
+    return ta is not None and tb is not None and ta < tb
+
+
+def _track_evictions(out, eviction, readmission):
+    """Count an eviction the run has not counted yet, and start the usage of a new admission.
+
+    ``out``: the decision so far (evictions, lastEvictionTime, usageStartTime: the start of
+    the current usage record); ``eviction``: workload_eviction; ``readmission``:
+    workload_readmission.  An eviction counts once (keyed on its time).  Admitted again after
+    an eviction the run counted, the next record starts at the readmission.  An eviction and
+    readmission between two reconciles (the operator was down) are found by a readmission after
+    the current record started: that record is closed at the readmission (``closeUsage``; its
+    end is known no better) and counted, and the next one starts there."""
+    last, since = out.get("lastEvictionTime"), out.get("usageStartTime")
+    if eviction is not None:
+        if eviction["time"] != last:
+            out.update(evictions=min(int(out.get("evictions") or 0) + 1, EVICTIONS_MAX),
+                       lastEvictionTime=eviction["time"], lastEvictionReason=eviction["reason"])
+        out["eviction"] = eviction
+        return
+    if readmission is None or not since:
+        return
+    again = readmission["time"]
+    if last and _before(last, again) and not _before(last, since):
+        out["usageStartTime"] = again
+    elif _before(since, again) and (not last or _before(last, since)):
+        out["closeUsage"] = {"startedAt": since, "endedAt": again, "endReason": readmission["reason"]}
+        out.update(evictions=min(int(out.get("evictions") or 0) + 1, EVICTIONS_MAX),
+                   lastEvictionTime=again, lastEvictionReason=readmission["reason"], usageStartTime=again)
+
+
+def _usage(out):
+    """{startedAt, endedAt, endReason} of the UsageRecord this reconcile renders (no endedAt:
+    open), or None before the run started: the current admission's (closed at the run's end,
+    Succeeded or Failed, or at an eviction, Preempted or Evicted) or the record of an admission
+    closed late (closeUsage)."""
+    if out.get("closeUsage"):
+        return out["closeUsage"]
+    started = out.get("usageStartTime") or out.get("startTime")
+    if not started:
+        return None
+    if out.get("state") in FINAL:
+        ended = out.get("completionTime")
+        return {"startedAt": started, "endedAt": ended,
+                "endReason": "Succeeded" if out["state"] == "Completed" else "Failed"} if ended else None
+    eviction = out.get("eviction")
+    if eviction:
+        ended = eviction["time"] if not _before(eviction["time"], started) else started
+        return {"startedAt": started, "endedAt": ended, "endReason": usage_end_reason(eviction["reason"])}
+    return {"startedAt": started}
+
+
 # --------------------------------------------------------------------------- decide
 def _sooner(current, seconds):
     return seconds if current is None else min(current, seconds)
@@ -313,19 +457,25 @@ def decide(tj, job=None, pods=None, now=None, backoff_base=10, watch_period=10, 
     result; Kueue would never admit the Job), else None: the role records it as a problem of
     the spec (common problem.yml, trainingjob_rejected_status) instead of converging.
     """
-    out = _next_step(tj, job, pods, now, backoff_base, watch_period)
+    workload = kueue.get("workload") if isinstance(kueue, dict) else None
+    out = _next_step(tj, job, pods, now, backoff_base, watch_period, workload)
+    out["usage"] = _usage(out)
     out["problem"] = queue_problem(kueue) if out["run"] else None
     return out
 
 
-def _next_step(tj, job, pods, now, backoff_base, watch_period):
+def _next_step(tj, job, pods, now, backoff_base, watch_period, workload=None):
     """decide() but the problem.
 
     ``job``: the live Job named like the TrainingJob (or None), ``pods``: its pods, ``now``:
     RFC 3339.  ``watch_period``: while workers start or run, look again after this many
     seconds (2 while they start): a Job's progress is in its status, and status-only updates
     of a dependent do not reconcile the owner (ansible-operator's DependentPredicate).  ``run`` true: render the Job (the plan creates it when missing, keeps it
-    when live); false: do not render it (the plan deletes a live one).
+    when live); false: do not render it (the plan deletes a live one).  ``workload``: the
+    Job's Kueue Workload (or None): while Kueue has evicted it (workload_eviction) the run is
+    Queued with ``eviction`` set, counted once (evictions, lastEvictionTime,
+    lastEvictionReason), its usage record closed at the eviction; admitted again, a new usage
+    record starts (usageStartTime; _track_evictions).
     """
     tj = tj or {}
     spec = normalize(tj.get("spec"))
@@ -344,11 +494,14 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
         "completionTime": rec.get("completionTime"),
         "failureReason": rec.get("reason") if rec.get("state") == "Failed" else None,
         "requeue": None, "attempt": restarts,
+        "evictions": rec.get("evictions", 0), "lastEvictionTime": rec.get("lastEvictionTime"),
+        "lastEvictionReason": rec.get("lastEvictionReason"), "eviction": None,
     }
     current = job if job and (job_attempt is None or job_attempt == restarts) else None
     job_st = (current or {}).get("status") or {}
     if not out["startTime"] and job_st.get("startTime"):
         out["startTime"] = job_st["startTime"]
+    out["usageStartTime"] = rec.get("usageStartTime") or out["startTime"]
 
     def final(state, reason, message, keep_job):
         out.update(state=state, reason=reason, message=message[:MESSAGE_LIMIT], run=bool(keep_job),
@@ -389,6 +542,9 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
         out.update(state="Suspended", reason="Suspended", message="spec.suspend is true: the workers are stopped")
         out["requeue"] = None  # the deadline keeps counting; it is checked on resume
         return out
+
+    if current is not None:
+        _track_evictions(out, workload_eviction(workload), workload_readmission(workload))
 
     if current is not None:
         if _condition(current, "Complete"):
@@ -448,6 +604,12 @@ def _next_step(tj, job, pods, now, backoff_base, watch_period):
         out["requeue"] = _sooner(out["requeue"], min(2.0, float(watch_period)))
         return out
     spec_job = current.get("spec") or {}
+    if out["eviction"]:
+        # Kueue evicted the Workload: it suspends the Job (its pods go) and queues it again; its
+        # admission unsuspends it (a spec change of the Job: a reconcile), so no look is needed.
+        out.update(state="Queued", reason="Queued", message="evicted by Kueue (%s): waiting to be admitted again" %
+                   out["eviction"]["reason"])
+        return out
     if spec_job.get("suspend"):
         out.update(state="Queued", reason="Queued", message="waiting for Kueue to admit the Job")
         return out
@@ -520,9 +682,73 @@ def status(tj, decision, job=None, queue=None, events=None, pods=None):
     if refused:
         result["conditions"][3] = {"type": "Degraded", "status": "True", "reason": REASON_POD_CREATE_REFUSED,
                                    "message": refused, "observedGeneration": generation}
+    evictions = d.get("evictions") if isinstance(d.get("evictions"), int) and not isinstance(d.get("evictions"), bool) \
+        else 0
+    result.update(evictions=evictions or None, lastEvictionTime=d.get("lastEvictionTime") if evictions else None,
+                  lastEvictionReason=d.get("lastEvictionReason") if evictions else None)
+    evicted = evicted_condition(d, queued, (tj.get("status") or {}).get("latestCheckpoint"), generation)
+    if evicted:
+        result["conditions"].append(evicted)
     for key in TRAINING_LIBRARY_STATUS_FIELDS:  # the library's (field manager torchdev-train)
         result.pop(key, None)
     return result
+
+
+def evicted_condition(decision, queue=None, checkpoint=None, generation=0):
+    """The Evicted condition of a TrainingJob, or None while Kueue never evicted its run.
+
+    True while Kueue has evicted the Job's Workload (``decision``'s eviction), reason Kueue's
+    (Preempted, PodsReadyTimeout, AdmissionCheck, ClusterQueueStopped, LocalQueueStopped,
+    NodeFailures, Deactivated..., else Evicted), message what Kueue said and what happens next:
+    re-queued in the ClusterQueue (``queue``: queue_status) at its position, resuming from the
+    newest checkpoint (``checkpoint``: the library's status.latestCheckpoint, its path when
+    known) once admitted again; a Deactivated Workload is not re-queued until it is active
+    again.  False, reason Readmitted, once it is not evicted (any more): admitted again, or the
+    run went on otherwise (suspended, restarted, ended); the message counts the evictions."""
+    d = decision if isinstance(decision, dict) else {}
+    eviction = d.get("eviction") if isinstance(d.get("eviction"), dict) else None
+    count = d.get("evictions") if isinstance(d.get("evictions"), int) and not isinstance(d.get("evictions"), bool) else 0
+    if eviction is None and count <= 0:
+        return None
+    if eviction is None:
+        message = "admitted again after %d eviction%s; the last at %s (%s)" % (
+            count, "" if count == 1 else "s", _text(d.get("lastEvictionTime"), 32) or "an unknown time",
+            _text(d.get("lastEvictionReason"), 128) or EVICTED)
+        return {"type": "Evicted", "status": "False", "reason": READMITTED, "message": message[:MESSAGE_LIMIT],
+                "observedGeneration": generation}
+    reason = eviction.get("reason") if isinstance(eviction.get("reason"), str) and _REASON.match(eviction["reason"]) \
+        else EVICTED
+    queue = queue if isinstance(queue, dict) else {}
+    path = _text((checkpoint or {}).get("path") if isinstance(checkpoint, dict) else None, 256)
+    resume = "it resumes from its newest checkpoint%s when admitted again" % (" (%s)" % path if path else "")
+    if reason.startswith(DEACTIVATED):
+        next_step = "the Workload is inactive (spec.active false): it is not queued until it is active again; " + resume
+    else:
+        where = "ClusterQueue %s" % _text(queue.get("clusterQueue"), 253) if _text(queue.get("clusterQueue"), 253) \
+            else "LocalQueue %s" % _text(queue.get("name"), 253) if _text(queue.get("name"), 253) else "its queue"
+        place = queue.get("position")
+        place = " at position %d" % place if isinstance(place, int) and not isinstance(place, bool) and place > 0 else ""
+        next_step = "re-queued in %s%s; %s" % (where, place, resume)
+    said = _text(eviction.get("message"), MESSAGE_LIMIT // 2)
+    message = "evicted by Kueue (%s)%s; %s" % (reason, ": " + said if said else "", next_step)
+    return {"type": "Evicted", "status": "True", "reason": reason, "message": message[:MESSAGE_LIMIT],
+            "observedGeneration": generation}
+
+
+def eviction_event(old_status, new_status):
+    """{reason, message} of the ONE Warning Event of an eviction: ``new_status`` (the status
+    this run writes) has its Evicted condition True with a lastEvictionTime that
+    ``old_status`` (the status as the run found it) did not have, else None.  Reason Preempted
+    when Kueue preempted the run, else Evicted; the message is the condition's."""
+    new = new_status if isinstance(new_status, dict) else {}
+    old = old_status if isinstance(old_status, dict) else {}
+    conds = new.get("conditions") if isinstance(new.get("conditions"), list) else []
+    cond = next((c for c in conds if isinstance(c, dict) and c.get("type") == "Evicted"), None)
+    if not cond or cond.get("status") != "True" or not new.get("lastEvictionTime"):
+        return None
+    if old.get("lastEvictionTime") == new.get("lastEvictionTime"):
+        return None
+    return {"reason": usage_end_reason(cond.get("reason")), "message": _text(cond.get("message"))}
 
 
 def rejected_status(tj, failure):

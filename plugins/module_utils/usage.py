@@ -16,8 +16,11 @@ reconcile finds the record it would write and writes nothing (usage_write_needed
 EphemeralAccelerationJob and TrainingJob runs leave a record too (spec.kind; job_usage_record):
 opened when the run starts, closed once when it ends (Succeeded or Failed), or by the DevUser
 role when the job is found gone while its record is open (Deleted: jobs have no finalizer), named
-``<eaj|tj>-<job>-<startedAt as Unix seconds>``.  A TrainingJob is one record from its first start
-to its end, its whole-group restarts (and their back-off) included.
+``<eaj|tj>-<job>-<startedAt as Unix seconds>``.  A TrainingJob has one record per admission by
+Kueue: from its first start to its end, its whole-group restarts (and their back-off) included,
+unless Kueue evicts it: that record is closed at the eviction (Preempted, or Evicted for Kueue's
+other reasons; no GPU-hours while it waits in the queue), and its next admission opens the next
+record (its own startedAt, so its own name; trainingjob_status.decide's ``usage``).
 
 Money and hours are decimal strings with 4 places ("12.1200"): exact sums, no floats in the
 API.  Times are RFC 3339 UTC strings with second precision.  docs/api.md "UsageRecord".
@@ -41,8 +44,10 @@ from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import
 # status.reservation.endReason (lifecycle.py, STOP_REASONS) and Deleted (the finalizer).
 END_REASONS = ("Expired", "Cancelled", "Idle", "Stopped", "Deleted")
 DELETED = "Deleted"
-# How a job's run ended (EphemeralAccelerationJob phase, TrainingJob state Completed/Failed).
-JOB_END_REASONS = ("Succeeded", "Failed")
+# How a job's run ended (EphemeralAccelerationJob phase, TrainingJob state Completed/Failed), or
+# how a TrainingJob's admission ended: Kueue evicted its Workload, preempting it (Preempted) or for
+# another reason (Evicted: PodsReadyTimeout, AdmissionCheck, ClusterQueueStopped, ...).
+JOB_END_REASONS = ("Succeeded", "Failed", "Preempted", "Evicted")
 # Every endReason a record may have (the CRD's enum), in the order the summary lists them.
 RECORD_END_REASONS = END_REASONS + JOB_END_REASONS
 # spec.kind: the kind of the object the record is about (absent: DevServer, records before it).
@@ -192,8 +197,13 @@ def _run_of(kind, job, decision):
         resources = spec.get("resources") if isinstance(spec.get("resources"), dict) else {}
         replicas, per_replica = 1, _count(resources.get("gpu", 0))
     elif kind == "TrainingJob":
-        reason = {"Completed": "Succeeded", "Failed": "Failed"}.get(decision.get("state"))
-        started, ended = decision.get("startTime"), decision.get("completionTime")
+        usage = decision.get("usage")
+        if isinstance(usage, dict):  # trainingjob_status.decide: the current admission's record
+            reason = usage.get("endReason") if usage.get("endReason") in JOB_END_REASONS else None
+            started, ended = usage.get("startedAt"), usage.get("endedAt")
+        else:
+            reason = {"Completed": "Succeeded", "Failed": "Failed"}.get(decision.get("state"))
+            started, ended = decision.get("startTime"), decision.get("completionTime")
         replicas, per_replica = _count(spec.get("numWorkers", 1), 1), _count(spec.get("gpusPerWorker", 0))
     else:
         return None
@@ -217,7 +227,9 @@ def job_usage_record(job, decision, user, kind="EphemeralAccelerationJob", now=N
     EphemeralAccelerationJob or TrainingJob) as this reconcile's ``decision`` saw it, or None.
     **Open** (no endedAt) from the moment the run started, so that a job deleted while it runs
     (jobs have no finalizer) still leaves a record, which the DevUser role closes (usage_prune:
-    endReason Deleted); **closed** once the run ended (endReason Succeeded or Failed).  None for
+    endReason Deleted); **closed** once the run ended (endReason Succeeded or Failed) or, for a
+    TrainingJob, once Kueue evicted it (Preempted or Evicted: the decision's ``usage``, one record
+    per admission, started at the admission).  None for
     a run whose pods never started (no startedAt/startTime: it used nothing), or when ``user``
     (the e-mail of the namespace's DevUser) is not an e-mail (a namespace without a DevUser: no
     one to bill, docs/api.md).  GPUs: the pod's spec.resources.gpu (EphemeralAccelerationJob, 1

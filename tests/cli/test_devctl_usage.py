@@ -58,7 +58,7 @@ def test_json_aggregates_per_user_and_flavor(devctl, history, ns):
     total = report["total"]
     assert total["launched"] == 5
     assert total["ended"] == {"Expired": 1, "Cancelled": 1, "Idle": 1, "Stopped": 2, "Deleted": 0, "Succeeded": 0,
-                              "Failed": 0}
+                              "Failed": 0, "Preempted": 0, "Evicted": 0}
     assert total["earlyCancellations"] == 1
     assert total["meanWaitSeconds"] == (30 + 90 + 0 + 600 + 120) // 5
     assert total["gpuHours"] == "15.0000"  # 2 + 1 + 1 + 8 + 3
@@ -225,3 +225,27 @@ def test_usage_by_kind(devctl, history, cluster):
     assert "-" in [line.split()[0] for line in table.stdout.strip().split("\n\n")[1].splitlines()]  # no flavor
     bad = devctl("usage", "--kind", "Pod")
     assert bad.exit_code == 2 and "Pod" in bad.stderr
+
+
+def test_usage_counts_trainingjob_admissions_that_kueue_ended(devctl, history, cluster):
+    """Issue 26.5: Kueue evicted a TrainingJob twice (preempted, then a PodsReadyTimeout): each
+    admission's record is closed with endReason Preempted or Evicted (the UsageRecord CRD admits
+    them for a TrainingJob) and devctl usage counts them by reason, in every output."""
+    job_record(cluster, "tj-train-1", "TrainingJob", gpus=8, hours=1, reason="Preempted", replicas=2)
+    job_record(cluster, "tj-train-2", "TrainingJob", gpus=8, hours=2, reason="Evicted", replicas=2)
+    job_record(cluster, "tj-train-3", "TrainingJob", gpus=8, hours=3, reason="Succeeded", replicas=2)
+    only = as_json(devctl("usage", "-o", "json", "--kind", "TrainingJob"))
+    ended = only["total"]["ended"]
+    assert (ended["Preempted"], ended["Evicted"], ended["Succeeded"], only["total"]["launched"]) == (1, 1, 1, 3)
+    assert only["total"]["gpuHours"] == "48.0000"
+    csv_text = devctl("usage", "-o", "csv", "--kind", "TrainingJob").stdout
+    header, *rows = csv_text.splitlines()
+    total = dict(zip(header.split(","), rows[-1].split(",")))
+    assert (total["preempted"], total["evicted"], total["succeeded"]) == ("1", "1", "1")
+    table = devctl("usage", "--kind", "TrainingJob")
+    assert table.exit_code == 0, table.stderr
+    kinds_table = table.stdout.strip().split("\n\n")[2].splitlines()
+    columns, total_row = kinds_table[0].split(), kinds_table[-1].split()
+    assert columns[columns.index("PREEMPTED"):columns.index("EVICTED") + 1] == ["PREEMPTED", "EVICTED"]
+    at = columns.index("PREEMPTED") + 2  # CANCELLED's value "0 (0 early)" is three words
+    assert total_row[0] == "TOTAL" and total_row[at:at + 2] == ["1", "1"]

@@ -300,7 +300,9 @@ OVERRIDES.update({
             {"kind": "Status", "code": 403, "message": 'pods "ephemeralaccelerationjob-s" is forbidden: exceeded quota: q'}
         ).replace("\\", "\\\\")},
 })
-PARAMS.update({"workers": 2, "refusal": "pod ephemeralaccelerationjob-s refused by ResourceQuota: exceeded quota: q"})
+PARAMS.update({"workers": 2, "refusal": "pod ephemeralaccelerationjob-s refused by ResourceQuota: exceeded quota: q",
+               # a TrainingJob's status.latestCheckpoint (the library's: the trainer token writes it)
+               "checkpoint": {"path": "/checkpoints/epoch-0004", "epoch": 4}})
 
 
 # The parameters that carry what a user or a pod writes (a spec, a report, the live objects
@@ -313,7 +315,7 @@ USER_PARAMS = {"cr", "devserver", "eaj", "tj", "spec", "spec_", "raw_spec", "act
                "owner", "started_at", "oldest_ended_at", "since", "user", "start", "end", "model", "path",
                "discovery", "queue", "runner", "quotas", "status", "previous", "register", "value", "restarts",
                "cond", "existing", "live", "seconds_", "live_status", "events", "storage_classes", "refused",
-               "home_refused", "size", "old_status", "new_status"}
+               "home_refused", "size", "old_status", "new_status", "checkpoint"}
 
 
 def strategy(mod: str, fn, param: inspect.Parameter):
@@ -379,7 +381,9 @@ FUZZED = {
                     "spec_problem", "env", "resources", "tolerations", "hyperparameters", "keep_suspend",
                     "keep_live_template", "attempt_of"],
     "trainingjob_status": ["duration", "backoff", "worker_failure", "image_pull_failure", "decide", "status",
-                           "rejected_status", "requeue", "ledger", "ledger_of", "ledger_patch", "job_pod_refusals"],
+                           "rejected_status", "requeue", "ledger", "ledger_of", "ledger_patch", "job_pod_refusals",
+                           "workload_eviction", "workload_readmission", "usage_end_reason", "evicted_condition",
+                           "eviction_event"],
     "usage": ["decimal", "record_name", "usage_record_name", "ended_reservation", "close_spec", "usage_spec",
               "usage_record", "usage_write_needed", "usage_prune_due", "orphaned", "usage_prune", "usage_summary",
               "job_usage_record", "job_usage_record_name"],
