@@ -201,7 +201,7 @@ REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_distributed_e2e.py te
 	tests/e2e/test_pod_refused_e2e.py tests/e2e/test_home_resize_e2e.py tests/e2e/test_job_pod_refused_e2e.py
 # Pass on the real tier too, left out of make test to keep it inside CI's 90 minutes (real-time
 # waits: lifecycle + TrainingJob 15 passed in 939 s; the Kueue modules 13 tests in about 22 minutes, lifecycle with
-# Kueue and the seed examples 4 in about 10 minutes, TrainingJob with Kueue 3 in about 4 minutes,
+# Kueue and the seed examples 4 in about 10 minutes, TrainingJob with Kueue (preemption included) 4 in about 4 minutes,
 # a queued server's new shape 2 in 229 s):
 # make test-real-all runs them as well.
 REAL_E2E_SLOW ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.py \
@@ -210,8 +210,7 @@ REAL_E2E_SLOW ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.
 	tests/e2e/test_seed_examples_e2e.py
 # Open on the real tier (issue 26.4; docs/architecture.md "Two test tiers"): deselected there, by name.
 REAL_E2E_OPEN ?= tests/e2e/test_usage_e2e.py::test_a_job_deleted_while_it_runs_still_leaves_a_complete_record \
-	tests/e2e/test_usage_e2e.py::test_records_are_pruned_when_their_retention_ends \
-	tests/e2e/test_eaj_e2e.py::test_success_then_the_pod_and_the_volume_go_at_their_ttls
+	tests/e2e/test_usage_e2e.py::test_records_are_pruned_when_their_retention_ends
 .PHONY: test-real
 test-real: setup cluster-build operator-build kueue-build $(IMAGE_STAMP) ## The e2e modules of REAL_E2E on the real control plane, Kueue and ansible-operator (TORCHDEV_E2E_TIER=real)
 	TORCHDEV_E2E_TIER=real $(BIN)/python -m pytest -q -p no:xdist -m "not soak and not kubesim_only" \

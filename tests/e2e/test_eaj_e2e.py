@@ -126,10 +126,25 @@ def test_success_then_the_pod_and_the_volume_go_at_their_ttls(sim, kube, runtime
     assert finished + datetime.timedelta(seconds=1) <= pod_deleted
     assert finished + datetime.timedelta(seconds=3) <= claim_deleted
     assert pod_deleted < claim_deleted
+    expired(sim, kube, ns, "ok")
+
+
+def expired(sim, kube, ns, name):
     obj = sim.wait_for(lambda: (lambda o: o if cond(o, "ArtifactsAvailable").get("reason") == "Expired" else None)(
-        get(kube, ns, "ok")), 30, interval=0.1, message="ArtifactsAvailable Expired")
+        get(kube, ns, name)), 30, interval=0.1, message="ArtifactsAvailable Expired")
     assert obj["status"]["phase"] == "Succeeded" and cond(obj, "ArtifactsAvailable")["status"] == "False"
 
+
+@pytest.mark.kubesim_only("ansible-operator reconciles a finished job only when its generation or an object it owns "
+                          "changes, and once its pod and volume went at their TTLs it owns none: nothing but the "
+                          "local runtime's enqueue can make it look again without changing it")
+def test_a_settled_finished_job_costs_no_request(sim, kube, runtime, ns):
+    kube["custom"].create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job(
+        "ok", ttlSecondsAfterFinished=0, pvcTTLSecondsAfterFinished=0))
+    wait_phase(sim, kube, ns, "ok", "Running")
+    end_pod(kube, ns, "ok", **{"kubesim.io/succeed-after": "0"})
+    wait_phase(sim, kube, ns, "ok", "Succeeded")
+    expired(sim, kube, ns, "ok")
     # settled: a reconcile of the finished job makes no request at all, and asks for no requeue
     runtime.wait_idle(180)
     sim.reset_metrics()
