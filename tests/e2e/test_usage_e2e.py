@@ -401,19 +401,16 @@ def test_a_job_deleted_while_it_runs_still_leaves_a_complete_record(sim, kube, r
     assert "endedAt" not in opened["spec"] and opened["spec"]["kind"] == "EphemeralAccelerationJob"
     assert opened["spec"]["user"] == "erin@example.com" and opened["spec"]["gpus"] == 1
 
-    # The escape: the running job deleted (its pod goes with it).  No DevUser run is due
-    # meanwhile (one settling after onboarding would close the record as well).
+    # The escape: the running job deleted (its pod goes with it; no finalizer runs the job's role).
     assert runtime.wait_idle(180)
-    sim.wait_for(lambda: (runtime.requeue_due_in("DevUser", "", "erin") or 1e9) > 300, 120, interval=0.2,
-                 message="no DevUser run due soon")
     deleted_at = now()
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs", "escape")
     sim.wait_for(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs")["items"],
                  60, interval=0.2, message=f"{ns}/escape deleted")
-    assert runtime.wait_idle(180)
-    assert "endedAt" not in records(kube, ns)[0]["spec"]  # nothing else closes it
 
-    # The DevUser's periodic run (reconcilePeriod 10m; nudged here) closes the record.
+    # A DevUser run closes the record: its periodic one (reconcilePeriod 10m; nudged here), or
+    # one that comes sooner, for a change of an object the DevUser owns (on a busy machine, and
+    # on the real tier, one sometimes closes it before the nudge: the same close, checked below).
     runtime.enqueue("DevUser", "", "erin")
     [closed] = sim.wait_for(lambda: [r for r in records(kube, ns) if r["spec"].get("endedAt")], 120, interval=0.2,
                             message="the job's closed usage record")
