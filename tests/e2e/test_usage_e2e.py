@@ -301,16 +301,16 @@ def test_an_owner_other_than_the_namespaces_devuser_is_rejected_and_never_billed
     Warning Event, nothing created), and a running server whose owner is changed keeps running
     with its usage billed to the DevUser."""
     custom = kube["custom"]
-    ns = onboard(sim, kube, "carol")
+    ns = onboard(sim, kube, "ucarol")
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("forged", owner="bob@example.com"))
     obj = wait_degraded(sim, kube, ns, "forged", "OwnerMismatch", timeout=120)
     message = condition(obj, "Degraded")["message"]
-    assert "spec.owner bob@example.com" in message and "set spec.owner to carol@example.com" in message, message
+    assert "spec.owner bob@example.com" in message and "set spec.owner to ucarol@example.com" in message, message
     assert obj["status"]["phase"] == "Failed"
     sim.wait_for(lambda: len(warning_events(kube, ns, "forged", "OwnerMismatch")) == 1, 60, interval=0.2,
                  message="one OwnerMismatch Warning Event")
 
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("own", owner="carol@example.com"))
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver("own", owner="ucarol@example.com"))
     wait_ready(sim, kube, ns, "own", timeout=120)
     # The running server's owner changed to someone else: rejected, it keeps running (nothing re-rendered).
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "devservers", "own", {"spec": {"owner": "bob@example.com"}})
@@ -322,11 +322,11 @@ def test_an_owner_other_than_the_namespaces_devuser_is_rejected_and_never_billed
     wait_gone(sim, kube, ns, "forged")
     assert runtime.wait_idle(180)
 
-    # Nothing was created for the forged server; every record and label names carol only.
+    # Nothing was created for the forged server; every record and label names ucarol only.
     assert kube["apps"].list_namespaced_stateful_set(ns, label_selector="app.kubernetes.io/instance=forged").items == []
     found = records(kube, ns)
     assert [r["spec"]["server"] for r in found] == ["own"], found
-    assert {r["spec"]["user"] for r in found} == {"carol@example.com"}
+    assert {r["spec"]["user"] for r in found} == {"ucarol@example.com"}
     assert len(warning_events(kube, ns, "forged", "OwnerMismatch")) == 1
 
 
@@ -343,15 +343,15 @@ def test_a_server_deleted_without_its_finalizer_still_leaves_a_complete_record(s
     assert "patch" in verbs  # what makes the attack possible: the user's own rights
 
     custom = kube["custom"]
-    ns = onboard(sim, kube, "dave", gpus=1)
+    ns = onboard(sim, kube, "udave", gpus=1)
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "devservers", devserver(
-        "sneaky", flavor="gpu-a10g-1", owner="dave@example.com", lifecycle={"duration": "1h"}))
+        "sneaky", flavor="gpu-a10g-1", owner="udave@example.com", lifecycle={"duration": "1h"}))
     ready = wait_ready(sim, kube, ns, "sneaky", timeout=120)
     reservation = ready["status"]["reservation"]
     [opened] = records(kube, ns, "sneaky")
     assert opened["metadata"]["name"] == "sneaky-%d" % int(ts(reservation["startedAt"]).timestamp())
     assert "endedAt" not in opened["spec"] and opened["spec"]["expiresAt"] == reservation["expiresAt"]
-    assert opened["spec"]["user"] == "dave@example.com" and opened["spec"]["gpus"] == 1
+    assert opened["spec"]["user"] == "udave@example.com" and opened["spec"]["gpus"] == 1
 
     # The attack: the finalizer removed by a patch, then the running server deleted.
     assert runtime.wait_idle(180)
@@ -363,11 +363,11 @@ def test_a_server_deleted_without_its_finalizer_still_leaves_a_complete_record(s
     assert not [r for r in runtime.history("DevServer") if r.namespace == ns and r.finalizer_run]  # none ran
 
     # The DevUser's periodic run (reconcilePeriod 10m; nudged here) closes the record.
-    runtime.enqueue("DevUser", "", "dave")
+    runtime.enqueue("DevUser", "", "udave")
     closed = wait_record(sim, kube, ns, "sneaky", timeout=120)
     spec = closed["spec"]
     assert closed["metadata"]["name"] == opened["metadata"]["name"]
-    assert spec["endReason"] == "Deleted" and spec["user"] == "dave@example.com"
+    assert spec["endReason"] == "Deleted" and spec["user"] == "udave@example.com"
     assert deleted_at - timedelta(seconds=1) <= ts(spec["endedAt"]) <= now() <= ts(spec["expiresAt"])
     assert {k: v for k, v in spec.items() if k in opened["spec"]} == opened["spec"]  # what it knew is kept
     assert decimal(spec["gpuHours"]) == decimal(hours(spec)) > 0
@@ -375,7 +375,7 @@ def test_a_server_deleted_without_its_finalizer_still_leaves_a_complete_record(s
     assert closed["metadata"]["labels"] == opened["metadata"]["labels"]
     # Closed once: the DevUser's next runs write it no more.
     writes = sim.writes("usagerecords")
-    runtime.enqueue("DevUser", "", "dave")
+    runtime.enqueue("DevUser", "", "udave")
     assert runtime.wait_idle(180)
     assert sim.writes("usagerecords") == writes
 
@@ -386,7 +386,7 @@ def test_a_job_deleted_while_it_runs_still_leaves_a_complete_record(sim, kube, r
     the pod runs; the DevUser role finds the job gone and closes it (endReason Deleted), with the
     GPU-hours up to then."""
     custom = kube["custom"]
-    ns = onboard(sim, kube, "erin", gpus=1)
+    ns = onboard(sim, kube, "uerin", gpus=1)
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "ephemeralaccelerationjobs", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "EphemeralAccelerationJob", "metadata": {"name": "escape"},
         "spec": {"model": "/artifacts/model.pt", "input": {"type": "directory", "path": "/artifacts/images"},
@@ -399,7 +399,7 @@ def test_a_job_deleted_while_it_runs_still_leaves_a_complete_record(sim, kube, r
     [opened] = sim.wait_for(lambda: records(kube, ns), 60, interval=0.2, message="the job's open usage record")
     assert opened["metadata"]["name"] == "eaj-escape-%d" % int(ts(status["startedAt"]).timestamp())
     assert "endedAt" not in opened["spec"] and opened["spec"]["kind"] == "EphemeralAccelerationJob"
-    assert opened["spec"]["user"] == "erin@example.com" and opened["spec"]["gpus"] == 1
+    assert opened["spec"]["user"] == "uerin@example.com" and opened["spec"]["gpus"] == 1
 
     # The escape: the running job deleted (its pod goes with it; no finalizer runs the job's role).
     assert runtime.wait_idle(180)
@@ -411,17 +411,17 @@ def test_a_job_deleted_while_it_runs_still_leaves_a_complete_record(sim, kube, r
     # A DevUser run closes the record: its periodic one (reconcilePeriod 10m; nudged here), or
     # one that comes sooner, for a change of an object the DevUser owns (on a busy machine, and
     # on the real tier, one sometimes closes it before the nudge: the same close, checked below).
-    runtime.enqueue("DevUser", "", "erin")
+    runtime.enqueue("DevUser", "", "uerin")
     [closed] = sim.wait_for(lambda: [r for r in records(kube, ns) if r["spec"].get("endedAt")], 120, interval=0.2,
                             message="the job's closed usage record")
     spec = closed["spec"]
     assert closed["metadata"]["name"] == opened["metadata"]["name"]
-    assert spec["endReason"] == "Deleted" and spec["user"] == "erin@example.com"
+    assert spec["endReason"] == "Deleted" and spec["user"] == "uerin@example.com"
     assert deleted_at - timedelta(seconds=1) <= ts(spec["endedAt"]) <= now()
     assert {k: v for k, v in spec.items() if k in opened["spec"]} == opened["spec"]
     assert decimal(spec["gpuHours"]) == decimal(hours(spec)) > 0 and spec["cost"] == "0.0000"
     assert closed["metadata"]["labels"] == opened["metadata"]["labels"]
     writes = sim.writes("usagerecords")
-    runtime.enqueue("DevUser", "", "erin")
+    runtime.enqueue("DevUser", "", "uerin")
     assert runtime.wait_idle(180)
     assert sim.writes("usagerecords") == writes  # closed once
