@@ -23,6 +23,17 @@ def new_namespace(kube) -> str:
     return name
 
 
+def remove_all(sim, kube, namespace: str, plural: str = "devservers") -> None:
+    """Delete the namespace's objects of `plural` (devservers, trainingjobs) and wait for its pods
+    to go, so the nodes' GPUs and the queue's quota are free for the next test (what a test leaves
+    running would leave a later one's pods unschedulable, whatever Kueue admits)."""
+    custom = kube["custom"]
+    for obj in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, obj["metadata"]["name"])
+    sim.wait_for(lambda: not kube["core"].list_namespaced_pod(namespace).items, 180, interval=0.2,
+                 message=f"the pods of {namespace} gone")
+
+
 def devserver(name: str, flavor: str = "cpu-small", **spec) -> dict:
     body = {"owner": "e2e@example.com", "flavor": flavor, "sshPublicKeys": [KEY]}
     body.update(spec)

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from _e2e_helpers import (GROUP, ROOT, VERSION, condition, devserver, get_ds, load, new_namespace, wait_degraded,
-                          wait_ready)
+from _e2e_helpers import (GROUP, ROOT, VERSION, condition, devserver, get_ds, load, new_namespace, remove_all,
+                          wait_degraded, wait_ready)
 from kubesim import kueue as kq
 from ansible_collections.torchdev.operator.plugins.module_utils.startup import describe as describe_startup
 
@@ -45,10 +45,7 @@ def ns(kube, sim):
     and leave a later server unschedulable, whatever Kueue admits)."""
     name = new_namespace(kube)
     yield name
-    for obj in kube["custom"].list_namespaced_custom_object(GROUP, VERSION, name, "devservers")["items"]:
-        kube["custom"].delete_namespaced_custom_object(GROUP, VERSION, name, "devservers", obj["metadata"]["name"])
-    sim.wait_for(lambda: not kube["core"].list_namespaced_pod(name).items, 180, interval=0.2,
-                 message=f"the pods of {name} gone")
+    remove_all(sim, kube, name)
 
 
 def load_all(path):

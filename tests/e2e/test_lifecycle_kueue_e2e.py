@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from _e2e_helpers import GROUP, VERSION, condition, get_ds, new_namespace, wait_degraded, wait_ready
+from _e2e_helpers import GROUP, VERSION, condition, get_ds, new_namespace, remove_all, wait_degraded, wait_ready
 from e2e.test_kueue_e2e import FLAVOR, create, queue_for, resource_flavor, wait_queued
 from e2e.test_lifecycle_e2e import devctl, wait_phase
 
@@ -35,21 +35,11 @@ KUEUE = True  # tests/_cluster.py: this module's kubesim has Kueue
 DEVCTL = Path(sys.executable).parent / "devctl"
 
 
-def remove_servers(sim, kube, namespace):
-    """Delete the namespace's DevServers and wait for their pods to go (the p5 node's GPUs and
-    the queue's quota are free for the next test)."""
-    custom = kube["custom"]
-    for obj in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "devservers")["items"]:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "devservers", obj["metadata"]["name"])
-    sim.wait_for(lambda: not kube["core"].list_namespaced_pod(namespace).items, 180, interval=0.2,
-                 message=f"the pods of {namespace} gone")
-
-
 @pytest.fixture
 def ns(kube, sim):
     name = new_namespace(kube)
     yield name
-    remove_servers(sim, kube, name)
+    remove_all(sim, kube, name)
 
 
 def home_uid(kube, ns, name):
@@ -153,7 +143,7 @@ def capped_user(sim, kube, runtime):
         return (user.get("status") or {}).get("namespace") if condition(user, "Ready").get("status") == "True" else None
     namespace = sim.wait_for(onboarded, 120, interval=0.2, message=f"DevUser {name} Ready")
     yield namespace, email
-    remove_servers(sim, kube, namespace)
+    remove_all(sim, kube, namespace)
 
 
 CAP = "exceeds the maximum of DevUser {user} (spec.quota.maxReservation) of 1h; ask for at most 1h"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from _e2e_helpers import GROUP, VERSION, new_namespace
+from _e2e_helpers import GROUP, VERSION, new_namespace, remove_all
 from kubesim import kueue as kq
 from test_trainingjob_e2e import annotate_workers, batch, create, get_tj, tj, wait_state, workers
 
@@ -25,15 +25,11 @@ KUEUE = True
 
 @pytest.fixture
 def ns(kube, sim):
-    """A fresh namespace; afterwards its TrainingJobs are deleted and their workers waited away, so
-    the 8 GPUs of the two GPU nodes are free for the next test (a job a test leaves running would
-    leave a later one's workers unschedulable, whatever Kueue admits)."""
+    """A fresh namespace; afterwards its TrainingJobs are deleted and their workers waited away
+    (the 8 GPUs of the two GPU nodes free for the next test)."""
     name = new_namespace(kube)
     yield name
-    for obj in kube["custom"].list_namespaced_custom_object(GROUP, VERSION, name, "trainingjobs")["items"]:
-        kube["custom"].delete_namespaced_custom_object(GROUP, VERSION, name, "trainingjobs", obj["metadata"]["name"])
-    sim.wait_for(lambda: not kube["core"].list_namespaced_pod(name).items, 180, interval=0.2,
-                 message=f"the pods of {name} gone")
+    remove_all(sim, kube, name, "trainingjobs")
 
 
 def queue_for(kube, ns, gpus=4, preemption=None):
