@@ -137,6 +137,25 @@ def test_operator_runs_as_its_own_service_account_not_admin(real_cluster, operat
     assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
 
 
+def seen(kube, ns):
+    """What a failed wait shows: the namespace's DevServers' status, pods, claims and Events."""
+    out = []
+    for ds in kube["custom"].list_namespaced_custom_object(GROUP, VERSION, ns, "devservers")["items"]:
+        out.append("DevServer %s: %s" % (ds["metadata"]["name"], yaml.safe_dump(ds.get("status") or {})))
+    for pod in kube["core"].list_namespaced_pod(ns).items:
+        out.append("pod %s: %s on %s, %s" % (pod.metadata.name, pod.status.phase, pod.spec.node_name,
+                                              [(c.type, c.status, c.reason) for c in pod.status.conditions or []]))
+    for pvc in kube["core"].list_namespaced_persistent_volume_claim(ns).items:
+        out.append("claim %s: %s" % (pvc.metadata.name, pvc.status.phase))
+    for ev in kube["core"].list_namespaced_event(ns).items:
+        out.append("event %s %s/%s %s: %s" % (ev.type, ev.involved_object.kind, ev.involved_object.name,
+                                               ev.reason, ev.message))
+    return "\n".join(out)
+
+
+# The wait's own limits (300 s to Ready and the rest) stay under pytest's, so a failure shows what
+# was seen and the operator's log rather than pytest-timeout's thread dump.
+@pytest.mark.timeout(900)
 def test_devserver_to_ready_then_deleted_through_its_finalizer(kube, operator):
     ns = "dev-real-%s" % uuid.uuid4().hex[:6]
     kube["core"].create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -151,7 +170,7 @@ def test_devserver_to_ready_then_deleted_through_its_finalizer(kube, operator):
               and obj["status"].get("observedGeneration") == obj["metadata"]["generation"])
         return obj if ok else None
 
-    obj = wait_for(ready, 300, "DevServer %s/%s Ready" % (ns, name), operator)
+    obj = wait_for(ready, 300, "DevServer %s/%s Ready" % (ns, name), operator, lambda: seen(kube, ns))
     st = obj["status"]
     assert st["phase"] == "Running" and st["readyReplicas"] == 1 and st["ready"] == "1/1", st
     assert condition(obj, "Degraded").get("status") == "False", st

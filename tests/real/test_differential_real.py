@@ -609,6 +609,11 @@ def _prepare(ep: Endpoint, real: bool) -> None:
             if obj["kind"] == "StorageClass":
                 code, body = ep.call("POST", "/apis/storage.k8s.io/v1/storageclasses", obj)
                 assert code in (201, 409), body
+                if code == 409:  # another module's class of that name (the session's control plane
+                    # is shared): it takes the seed's default-class annotation, the rest is immutable
+                    code, body = ep.call("PATCH", "/apis/storage.k8s.io/v1/storageclasses/" + obj["metadata"]["name"],
+                                         {"metadata": {"annotations": obj["metadata"].get("annotations") or {}}}, MERGE)
+                    assert code == 200, body
     deadline = time.monotonic() + 60
     for crd in CRDS:
         plural = crd["spec"]["names"]["plural"]
@@ -625,8 +630,29 @@ def servers(real_cluster):
         _prepare(eps[0], real=False)
         _prepare(eps[1], real=True)
         yield eps
+        _clean(eps[1])
     finally:
         sim.stop()
+
+
+def _clean(real: Endpoint, timeout: float = 120) -> None:
+    """Delete the cases' namespaces on the real server (the session's control plane is shared by
+    the modules of a worker) and wait until their claims are gone: a claim of the default class
+    left Pending would bind the next module's static volumes (test_ansible_operator_real's home
+    volumes: its DevServer then never starts)."""
+    names = {_namespace(c.id) for c in CASES}
+    for name in sorted(names):
+        code, body = real.call("DELETE", f"/api/v1/namespaces/{name}")
+        assert code in (200, 202, 404), body
+    deadline = time.monotonic() + timeout
+    while True:
+        code, body = real.call("GET", "/api/v1/persistentvolumeclaims")
+        left = [f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in (body or {}).get("items", [])
+                if c["metadata"]["namespace"] in names] if code == 200 else ["(listing answered %s)" % code]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"the cases' claims not gone after {timeout:.0f}s: {left}"
+        time.sleep(0.5)
 
 
 def _namespace(case_id: str) -> str:
