@@ -524,8 +524,7 @@ INVALID_USAGE_RECORDS = [
     ("devserver-reason-on-a-job", {"kind": "TrainingJob", "endReason": "Expired"}, "spec.endReason",
      "endReason must be Succeeded, Failed or Deleted"),
     ("devserver-without-flavor", {"flavor": None}, "spec.flavor", "flavor is required in the record of a DevServer"),
-    # issue 26.5: Preempted and Evicted end a TrainingJob's admission by Kueue, nothing else's
-    ("preempted-devserver", {"endReason": "Preempted"}, "spec.endReason", "Preempted and Evicted only for a TrainingJob"),
+    # issue 26.5: Preempted and Evicted end a TrainingJob's or a DevServer's admission by Kueue, not an EAJ's
     ("evicted-eaj", {"kind": "EphemeralAccelerationJob", "flavor": None, "endReason": "Evicted"}, "spec.endReason",
      "Preempted and Evicted only for a TrainingJob"),
 ]
@@ -540,6 +539,15 @@ def test_job_usage_records_are_admitted(models):
         obj = usage_record(kind=kind, endReason=reason, pricePerHour="0", cost="0.0000")
         del obj["spec"]["flavor"]
         assert models["UsageRecord"].admit(obj)["spec"]["kind"] == kind
+
+
+@pytest.mark.parametrize("kind", [None, "DevServer"])
+@pytest.mark.parametrize("reason", ["Preempted", "Evicted"])
+def test_a_devserver_record_closed_by_an_eviction_is_admitted(models, kind, reason):
+    """Issue 26.5: Kueue evicted a DevServer, the record of that admission is closed with
+    Preempted or Evicted (spec.kind absent, as records from before it, or DevServer)."""
+    obj = usage_record(kind=kind, endReason=reason)
+    assert models["UsageRecord"].admit(obj)["spec"]["endReason"] == reason
 
 
 @pytest.mark.parametrize("mutation,field,text", [pytest.param(m, f, t, id=i) for i, m, f, t in INVALID_USAGE_RECORDS])

@@ -134,10 +134,15 @@ def primary_event_passes(watch: Watch, etype: str, old: dict[str, Any] | None,
 
 
 def _strip_for_dependent(obj: dict[str, Any]) -> dict[str, Any]:
+    """What DependentPredicate compares: the object without status and resourceVersion, and
+    its managedFields without their times (removeTimeFromManagedFields)."""
     o = dict(obj)
     o.pop("status", None)
     md = dict(o.get("metadata") or {})
     md.pop("resourceVersion", None)
+    if isinstance(md.get("managedFields"), list):
+        md["managedFields"] = [{k: v for k, v in e.items() if k != "time"} if isinstance(e, dict) else e
+                               for e in md["managedFields"]]
     o["metadata"] = md
     return o
 

@@ -215,15 +215,17 @@ def owned_pods(api: Any, namespace: str, owner_uid: str) -> list[Obj]:
     return [p for p in list_readonly(api, "pods", namespace) if controlled_by(p, owner_uid)]
 
 
-def write_status(api: Any, resource: str, obj: Obj, status: Obj) -> Obj | None:
-    """PUT the status subresource when it differs; None on 404/409 (retry later)."""
+def write_status(api: Any, resource: str, obj: Obj, status: Obj, field_manager: str | None = None) -> Obj | None:
+    """PUT the status subresource when it differs; None on 404/409 (retry later).
+    ``field_manager``: record the write in managedFields as kube-apiserver does (an Update entry
+    of the status subresource whose fields change when status fields appear or go)."""
     if obj.get("status") == status:
         return obj
     new = dict(obj)
     new["status"] = status
     try:
         return api.update(resource, new, namespace=obj["metadata"].get("namespace"),
-                          subresource="status")
+                          subresource="status", field_manager=field_manager)
     except ApiError as exc:
         if exc.code in (404, 409):
             return None

@@ -293,7 +293,15 @@ class StatefulSetController(Controller):
             "updateRevision": update_rev,
             "collisionCount": st.get("collisionCount") or 0,
         })
-        return write_status(self.api, "statefulsets.apps", sts, st) is not None
+        # apps/v1 StatefulSetStatus: readyReplicas, currentReplicas and updatedReplicas are
+        # omitempty int32s, so a real server stores no 0 for them (collisionCount, a pointer, keeps 0); with the write
+        # recorded under kube-controller-manager's name, a field that appears or goes changes its
+        # managedFields entry, which ansible-operator's DependentPredicate passes on to the owner
+        # (a status value alone it does not): the pods of a DevServer stopped by Kueue reach it.
+        for key in ("readyReplicas", "currentReplicas", "updatedReplicas"):
+            if not st.get(key):
+                st.pop(key, None)
+        return write_status(self.api, "statefulsets.apps", sts, st, field_manager="kube-controller-manager") is not None
 
 
 def _revision(pod: Obj) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.torchdev.operator.plugins.module_utils import (
-    devserver, devserver_status, kueue, labels, lifecycle, plan, rendezvous)
+    devserver, devserver_status, eviction, kueue, labels, lifecycle, plan, rendezvous)
 from ansible_collections.torchdev.operator.plugins.plugin_utils.filters import filter_map
 
 
@@ -38,6 +38,7 @@ class FilterModule(object):
             "kueue_reshape": kueue.reshape,
             "devserver_status": devserver_status.devserver_status,
             "devserver_status_events": devserver_status.status_events,
+            "devserver_evictions": eviction.server_evictions,
             "rejected_spec_status": devserver_status.rejected_spec_status,
             "requeue_period": devserver_status.requeue_period,
             "devserver_lifecycle": devserver_status.devserver_lifecycle,

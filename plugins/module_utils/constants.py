@@ -106,6 +106,9 @@ DEVSERVER_REASONS = {
                  "ReconcileError", "PodFailed", "ImageLacksSSH", "PodCreateRefused"),
     "Expiring": ("NoDeadline", "ReservationExpiring", "IdleShutdownPending", "IdleTimeout"),
     "HomeResized": ("AsRequested", "ResizeNotSupported", "ResizePending"),
+    # once Kueue evicted the server: True with Kueue's eviction reason (these two, PodsReadyTimeout,
+    # AdmissionCheck, ClusterQueueStopped, ...: eviction.py), False Readmitted
+    "Evicted": ("Preempted", "Evicted", "Readmitted"),
 }
 DEVUSER_REASONS = {
     "Ready": ("UserReady", "ReconcileFailed"),

@@ -12,6 +12,8 @@ import math
 import re
 
 from ansible_collections.torchdev.operator.plugins.module_utils.conditions import condition, problem_status
+from ansible_collections.torchdev.operator.plugins.module_utils.eviction import (
+    SERVER_EVICTION_FIELDS, evicted_condition, eviction_event)
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     IMAGE_LACKS_SSH_EXIT_CODE, IMAGE_LACKS_SSH_PREFIX, POD_INDEX_LABEL)
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver import spec_warnings
@@ -291,13 +293,17 @@ def home_resized_condition(refused, generation=None):
 
 
 def status_events(old_status, new_status):
-    """The Warning Events the new status deserves, [{reason, message}]: degraded_event's, and
+    """The Warning Events the new status deserves, [{reason, message}]: degraded_event's, an
+    eviction by Kueue's (eviction_event: Preempted or Evicted, one per eviction), and
     ResizeNotSupported when HomeResized turns False with it (the status the run found did not
     say so): one Event per change, none while it holds."""
     events = []
     degraded = degraded_event(old_status, new_status)
     if degraded:
         events.append(degraded)
+    evicted = eviction_event(old_status, new_status)
+    if evicted:
+        events.append(evicted)
     new, old = _condition_of(new_status, "HomeResized"), _condition_of(old_status, "HomeResized")
     if new.get("status") == "False" and new.get("reason") == REASON_RESIZE_NOT_SUPPORTED and not (
             old.get("status") == "False" and old.get("reason") == REASON_RESIZE_NOT_SUPPORTED):
@@ -375,7 +381,7 @@ def devserver_lifecycle(cr, sts, desired_replicas, now, activity=None, pods=None
 
 def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
                      pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None, lifecycle=None,
-                     events=None, home_refused=None):
+                     events=None, home_refused=None, evictions=None):
     """The complete DevServer status for a successful reconcile (conditions included).
 
     ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
@@ -387,7 +393,10 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     result of devserver_lifecycle (status.reservation, status.idle, the Expiring condition);
     ``events``: the FailedCreate Events of the StatefulSet (Degraded PodCreateRefused while
     admission refuses a replica's pod: pod_create_refusals); ``home_refused``: the home claims
-    plan.home_resizes does not grow (the HomeResized condition; None leaves it out).
+    plan.home_resizes does not grow (the HomeResized condition; None leaves it out);
+    ``evictions``: eviction.server_evictions (status.evictions, lastEvictionTime,
+    lastEvictionReason, usageStartTime and the Evicted condition: True while Kueue has evicted
+    the server, False Readmitted once admitted again; None leaves them as they are).
     """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
@@ -467,7 +476,15 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         status["conditions"].append(lifecycle["condition"])
     if home_refused is not None:
         status["conditions"].append(home_resized_condition(home_refused, generation))
+    if isinstance(evictions, dict):
+        status.update({key: evictions.get(key) for key in SERVER_EVICTION_FIELDS})
+        evicted = evicted_condition(evictions, queue, SERVER_RESUME, generation)
+        if evicted:
+            status["conditions"].append(evicted)
     return status
+
+
+SERVER_RESUME = "its pods start again, with the same home volume, once Kueue admits it again"
 
 
 # What a rejected spec leaves of the status computed from the live objects: the fields that

@@ -34,6 +34,7 @@ import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from ansible_collections.torchdev.operator.plugins.module_utils.durations import parse_retention
+from ansible_collections.torchdev.operator.plugins.module_utils.eviction import server_usage_reservation
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
     EMAIL_PATTERN, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PART_OF, MANAGED_BY, OWNER_LABEL, PART_OF)
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
@@ -84,10 +85,19 @@ def record_name(server, started_at):
 def usage_record_name(cr):
     """The name of the record of the DevServer's current (or last) reservation, "" when it has
     none: what observe.yml reads to learn whether the record exists."""
-    reservation = ((cr or {}).get("status") or {}).get("reservation") or {}
+    status = (cr or {}).get("status") or {}
+    reservation = status.get("reservation") or {}
     if not reservation.get("startedAt"):
         return ""
-    return record_name(((cr or {}).get("metadata") or {}).get("name"), reservation["startedAt"])
+    started = reservation["startedAt"]
+    since = status.get("usageStartTime")  # a later admission's, after an eviction by Kueue
+    if since and not reservation.get("endedAt"):
+        try:
+            if parse_time(since) > parse_time(started):
+                started = since
+        except ValueError:
+            pass  # not a time: the reservation's record
+    return record_name(((cr or {}).get("metadata") or {}).get("name"), started)
 
 
 def ended_reservation(cr, reservation=None):
@@ -155,12 +165,19 @@ def usage_spec(cr, reservation, flavor_spec, user=None):
     return close_spec(record, reservation["endedAt"], reservation["endReason"], saved)
 
 
-def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEFAULT_RETENTION, user=None):
+def usage_record(cr, reservation=None, flavor_spec=None, now=None, retention=DEFAULT_RETENTION, user=None,
+                 evictions=None):
     """{name, spec} of the record the DevServer ``cr`` should have now, or None: the open record
     of a reservation under way (``reservation``, default status.reservation), the closed record
     of one that ended (see ended_reservation), or None when none started, or it ended longer than
     ``retention`` ago (its record is pruned, or about to be: it is not written again).
-    ``user``: who is billed (usage_spec)."""
+    ``user``: who is billed (usage_spec).  ``evictions`` (eviction.server_evictions): after an
+    eviction by Kueue the record is the current admission's, closed at an eviction
+    (eviction.server_usage_reservation)."""
+    if evictions:
+        if reservation is None:
+            reservation = ((cr or {}).get("status") or {}).get("reservation")
+        reservation = server_usage_reservation(reservation, evictions)
     ended = ended_reservation(cr, reservation)
     if ended is None:
         if reservation is None:

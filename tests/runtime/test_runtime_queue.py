@@ -180,6 +180,16 @@ def test_primary_predicates(name, w, etype, old, new, want):
     assert primary_event_passes(w, etype, old, new) is want
 
 
+def _status_write(fields, time, rv="2"):
+    """A StatefulSet as kube-apiserver stores it after kube-controller-manager wrote its status."""
+    o = obj(rv=rv)
+    o["metadata"] = {**o["metadata"], "managedFields": [{
+        "manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+        "apiVersion": "apps/v1", "time": "2026-11-27T%s:00Z" % time, "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:status": {f: {} for f in ["f:replicas"] + fields}}}]}
+    return o
+
+
 DEPENDENT = [
     ("create ignored", "ADDED", None, obj(), False),
     ("delete passes", "DELETED", obj(), obj(), True),
@@ -195,6 +205,12 @@ DEPENDENT_VIEWS = DEPENDENT + [
     ("managedFields change passes", "MODIFIED", obj(), {**obj(rv="2"), "metadata": {
         **obj()["metadata"], "resourceVersion": "2", "managedFields": [{"manager": "m"}]}}, True),
     ("annotation change passes", "MODIFIED", obj(), obj(ann={"a": "b"}, rv="2"), True),
+    # operator-lib removeTimeFromManagedFields: a status write that only moves a manager's time is
+    # ignored; one whose fields appear or go (a StatefulSet's readyReplicas 1 -> absent) passes
+    ("a managedFields time alone ignored", "MODIFIED", _status_write(["f:readyReplicas"], "10:00"),
+     _status_write(["f:readyReplicas"], "10:05", rv="3"), False),
+    ("a status field gone from managedFields passes", "MODIFIED", _status_write(["f:readyReplicas"], "10:00"),
+     _status_write([], "10:05", rv="3"), True),
     ("the same object, a new resourceVersion and status", "MODIFIED", {**obj(), "data": {"a": "1"}},
      {**obj(status={"x": 1}, rv="3"), "data": {"a": "1"}}, False),
 ]
