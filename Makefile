@@ -207,7 +207,7 @@ REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_distributed_e2e.py te
 REAL_E2E_SLOW ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.py \
 	tests/e2e/test_kueue_e2e.py tests/e2e/test_eaj_kueue_e2e.py tests/devuser/test_devuser_kueue_e2e.py \
 	tests/e2e/test_lifecycle_kueue_e2e.py tests/e2e/test_trainingjob_kueue_e2e.py tests/e2e/test_kueue_reshape_e2e.py \
-	tests/e2e/test_seed_examples_e2e.py
+	tests/e2e/test_devserver_preemption_e2e.py tests/e2e/test_seed_examples_e2e.py
 # Open on the real tier (issue 26.4; docs/architecture.md "Two test tiers"): deselected there, by name.
 REAL_E2E_OPEN ?= tests/e2e/test_usage_e2e.py::test_records_are_pruned_when_their_retention_ends
 .PHONY: test-real

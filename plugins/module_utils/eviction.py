@@ -212,7 +212,7 @@ def _count(value):
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= EVICTIONS_MAX else None
 
 
-def server_evictions(cr, kueue=None):
+def server_evictions(cr, kueue=None, reservation=None):
     """What Kueue's evictions of a DevServer's StatefulSet mean for this reconcile.
 
     {evictions, lastEvictionTime, lastEvictionReason, usageStartTime, eviction, closeUsage}
@@ -223,10 +223,14 @@ def server_evictions(cr, kueue=None):
     eviction, then that readmission (None while no reservation runs).  ``eviction``
     (workload_eviction) while the Workload is evicted: the record is closed at it and the
     server waits in the queue.  ``closeUsage``: the record of an admission whose eviction and
-    readmission both happened between two reconciles (track_evictions).  Never raises."""
+    readmission both happened between two reconciles (track_evictions).  ``reservation``: the
+    one this run decided (lifecycle.yml; None: status.reservation).  usageStartTime is only
+    given when it differs from the reservation's start (a server never evicted has none).
+    Never raises."""
     cr = cr if isinstance(cr, dict) else {}
     status = cr.get("status") if isinstance(cr.get("status"), dict) else {}
-    reservation = status.get("reservation") if isinstance(status.get("reservation"), dict) else {}
+    if not isinstance(reservation, dict):
+        reservation = status.get("reservation") if isinstance(status.get("reservation"), dict) else {}
     out = {"evictions": _count(status.get("evictions")),
            "lastEvictionTime": _stamp(status.get("lastEvictionTime")),
            "lastEvictionReason": status.get("lastEvictionReason") if isinstance(status.get("lastEvictionReason"), str)
@@ -242,6 +246,8 @@ def server_evictions(cr, kueue=None):
         if not started or reservation.get("endedAt"):
             out.pop("closeUsage", None)
             out["usageStartTime"] = None
+    if out["usageStartTime"] == started:
+        out["usageStartTime"] = None  # the reservation's own start: nothing to say
     return out
 
 

@@ -42,19 +42,19 @@ def server(reservation=None, **status):
 
 
 RUNNING = {"startedAt": T0, "expiresAt": EXPIRES, "queuedAt": T0}
-EVICTED_STATUS = {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": T0}
+EVICTED_STATUS = {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted"}
 READMITTED_STATUS = {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": T2}
 
 # (id, DevServer, kueue, expected: the decision's ledger fields and whether it is evicted now)
 CASES = [
     ("never-evicted", server(RUNNING), {"workload": ADMITTED},
-     {"evictions": None, "lastEvictionTime": None, "lastEvictionReason": None, "usageStartTime": T0}, False),
+     {"evictions": None, "lastEvictionTime": None, "lastEvictionReason": None, "usageStartTime": None}, False),
     ("no-kueue", server(RUNNING), None,
-     {"evictions": None, "lastEvictionTime": None, "lastEvictionReason": None, "usageStartTime": T0}, False),
+     {"evictions": None, "lastEvictionTime": None, "lastEvictionReason": None, "usageStartTime": None}, False),
     ("evicted-now", server(RUNNING), {"workload": EVICTED_AT_T1},
-     {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": T0}, True),
+     {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": None}, True),
     ("still-evicted-counts-once", server(RUNNING, **EVICTED_STATUS), {"workload": EVICTED_AT_T1},
-     {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": T0}, True),
+     {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": None}, True),
     ("readmitted", server(RUNNING, **EVICTED_STATUS), {"workload": READMITTED_AT_T2},
      {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": T2}, False),
     ("readmitted-stays", server(RUNNING, **READMITTED_STATUS), {"workload": READMITTED_AT_T2},
@@ -63,14 +63,14 @@ CASES = [
      {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": None}, True),
     ("a-new-reservation-starts-its-own-record", server(dict(RUNNING, startedAt=T3), **READMITTED_STATUS),
      {"workload": ADMITTED},
-     {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": T3}, False),
+     {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": None}, False),
     ("ended-reservation-has-no-usage-start", server(dict(RUNNING, endedAt=T3, endReason="Expired"), **READMITTED_STATUS),
      {"workload": ADMITTED},
      {"evictions": 1, "lastEvictionTime": T1, "lastEvictionReason": "Preempted", "usageStartTime": None}, False),
     ("hostile-status-values-are-dropped", server(RUNNING, evictions="9", lastEvictionTime="{{ lookup('pipe','id') }}",
                                                  lastEvictionReason="not a reason!", usageStartTime=7),
      {"workload": ADMITTED},
-     {"evictions": None, "lastEvictionTime": None, "lastEvictionReason": None, "usageStartTime": T0}, False),
+     {"evictions": None, "lastEvictionTime": None, "lastEvictionReason": None, "usageStartTime": None}, False),
 ]
 
 
@@ -81,6 +81,16 @@ def test_server_evictions(cr, kueue, want, evicted_now):
     assert bool(got.get("eviction")) == evicted_now
     if evicted_now:
         assert got["eviction"]["reason"] == "Preempted" and "prioritization" in got["eviction"]["message"]
+
+
+def test_the_reservation_this_run_decided_wins_over_the_status():
+    """lifecycle.yml may start a new reservation (or end one) in this run: its record starts at
+    its own startedAt, and usageStartTime of the last one is not written again."""
+    cr = server(RUNNING, **READMITTED_STATUS)
+    assert ev.server_evictions(cr, {"workload": READMITTED_AT_T2}, dict(RUNNING, startedAt=T3))["usageStartTime"] is None
+    assert ev.server_evictions(cr, {"workload": ADMITTED}, dict(RUNNING, endedAt=T3, endReason="Stopped"))[
+        "usageStartTime"] is None
+    assert ev.server_evictions(cr, {"workload": READMITTED_AT_T2}, RUNNING)["usageStartTime"] == T2
 
 
 def test_an_eviction_and_readmission_between_two_reconciles_closes_the_record_at_the_readmission():
@@ -177,7 +187,7 @@ def test_readmitted_the_condition_turns_false():
 def test_a_server_never_evicted_has_no_evicted_condition_and_no_fields():
     st = _status(server(RUNNING), ev.server_evictions(server(RUNNING), {"workload": ADMITTED}))
     assert _cond(st, "Evicted") is None
-    assert st["evictions"] is None and st["lastEvictionTime"] is None and st["usageStartTime"] == T0
+    assert st["evictions"] is None and st["lastEvictionTime"] is None and st["usageStartTime"] is None
 
 
 @pytest.mark.parametrize("hostile", [None, 7, "x", [], {"status": "nope"}, {"status": {"conditions": "no"}},
@@ -186,5 +196,5 @@ def test_a_server_never_evicted_has_no_evicted_condition_and_no_fields():
                                                                  "lastTransitionTime": "never", "reason": 5}]}}])
 def test_hostile_workloads_never_raise(hostile):
     got = ev.server_evictions(server(RUNNING), {"workload": hostile})
-    assert got["usageStartTime"] == T0 and not got.get("eviction")
+    assert got["usageStartTime"] is None and not got.get("eviction")
     assert ev.server_usage_reservation(RUNNING, got) == RUNNING
