@@ -218,15 +218,13 @@ def server_evictions(cr, kueue=None, reservation=None):
     {evictions, lastEvictionTime, lastEvictionReason, usageStartTime, eviction, closeUsage}
     from the status the run found (each value checked: the status is the operator's, but a
     decision never raises on what it reads) and the Workload of ``kueue`` (k8s_observe's Kueue
-    result; None or no Workload: nothing changes).  ``usageStartTime``: the start of the current
-    usage record, the reservation's startedAt until Kueue admits the server again after an
-    eviction, then that readmission (None while no reservation runs).  ``eviction``
+    result; None or no Workload: nothing changes).  ``usageStartTime``: where the current usage
+    record starts once Kueue admitted the server again after an eviction (that readmission);
+    None while the record starts at the reservation's startedAt, or no reservation runs.  ``eviction``
     (workload_eviction) while the Workload is evicted: the record is closed at it and the
     server waits in the queue.  ``closeUsage``: the record of an admission whose eviction and
     readmission both happened between two reconciles (track_evictions).  ``reservation``: the
-    one this run decided (lifecycle.yml; None: status.reservation).  usageStartTime is only
-    given when it differs from the reservation's start (a server never evicted has none).
-    Never raises."""
+    one this run decided (lifecycle.yml; None: status.reservation).  Never raises."""
     cr = cr if isinstance(cr, dict) else {}
     status = cr.get("status") if isinstance(cr.get("status"), dict) else {}
     if not isinstance(reservation, dict):
