@@ -60,7 +60,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver_status import (
     _REFUSAL_LIMIT, _REFUSERS, _event_time, _rfc3339, REASON_POD_CREATE_REFUSED)
 from ansible_collections.torchdev.operator.plugins.module_utils.eviction import (  # noqa: F401 (tests read them here)
-    _REASON, _before, _fmt, _text, _time, DEACTIVATED, EVICTED, EVICTIONS_MAX, PREEMPTED, READMITTED, eviction_event,
+    _REASON, _before, _fmt, _text, _time, DEACTIVATED, MESSAGE_LIMIT, EVICTED, EVICTIONS_MAX, PREEMPTED, READMITTED, eviction_event,
     track_evictions, usage_end_reason, workload_eviction, workload_readmission)
 from ansible_collections.torchdev.operator.plugins.module_utils.eviction import evicted_condition as generic_evicted_condition
 from ansible_collections.torchdev.operator.plugins.module_utils.kueue import queue_problem
@@ -69,7 +69,6 @@ from ansible_collections.torchdev.operator.plugins.module_utils.trainingjob impo
 MAX_BACKOFF = 300
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 FINAL = ("Completed", "Failed")
-MESSAGE_LIMIT = 1024
 
 
 # --------------------------------------------------------------------------- helpers

@@ -26,7 +26,7 @@ import yaml
 
 from hack.cluster.control_plane import NODES_SPEC
 from kubesim.cluster import SEED_OBJECTS
-from kubesim.testing import KubeSim
+from kubesim.testing import KubeSim, wait_for
 
 from _differential import APPLY, JSONPATCH, MERGE, STRATEGIC, Case, Endpoint, Step, diff, managers, run_case
 
@@ -644,15 +644,14 @@ def _clean(real: Endpoint, timeout: float = 120) -> None:
     for name in sorted(names):
         code, body = real.call("DELETE", f"/api/v1/namespaces/{name}")
         assert code in (200, 202, 404), body
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def left():
         code, body = real.call("GET", "/api/v1/persistentvolumeclaims")
-        left = [f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in (body or {}).get("items", [])
-                if c["metadata"]["namespace"] in names] if code == 200 else ["(listing answered %s)" % code]
-        if not left:
-            return
-        assert time.monotonic() < deadline, f"the cases' claims not gone after {timeout:.0f}s: {left}"
-        time.sleep(0.5)
+        assert code == 200, body
+        return [f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in body.get("items", [])
+                if c["metadata"]["namespace"] in names]
+
+    wait_for(lambda: not left(), timeout, interval=0.5, message="the cases' claims gone")
 
 
 def _namespace(case_id: str) -> str:
