@@ -208,12 +208,9 @@ REAL_E2E_SLOW ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.
 	tests/e2e/test_kueue_e2e.py tests/e2e/test_eaj_kueue_e2e.py tests/devuser/test_devuser_kueue_e2e.py \
 	tests/e2e/test_lifecycle_kueue_e2e.py tests/e2e/test_trainingjob_kueue_e2e.py tests/e2e/test_kueue_reshape_e2e.py \
 	tests/e2e/test_devserver_preemption_e2e.py tests/e2e/test_seed_examples_e2e.py
-# Open on the real tier (issue 26.4; docs/architecture.md "Two test tiers"): deselected there, by name.
-REAL_E2E_OPEN ?= tests/e2e/test_usage_e2e.py::test_records_are_pruned_when_their_retention_ends
 .PHONY: test-real
 test-real: setup cluster-build operator-build kueue-build $(IMAGE_STAMP) ## The e2e modules of REAL_E2E on the real control plane, Kueue and ansible-operator (TORCHDEV_E2E_TIER=real)
-	TORCHDEV_E2E_TIER=real $(BIN)/python -m pytest -q -p no:xdist -m "not soak and not kubesim_only" \
-	  $(addprefix --deselect ,$(REAL_E2E_OPEN)) $(REAL_E2E)
+	TORCHDEV_E2E_TIER=real $(BIN)/python -m pytest -q -p no:xdist -m "not soak and not kubesim_only" $(REAL_E2E)
 
 .PHONY: test-real-all
 test-real-all: ## make test-real with REAL_E2E_SLOW too (lifecycle, TrainingJob)
