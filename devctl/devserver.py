@@ -161,6 +161,7 @@ def build_devserver(
     nprocs_per_node: int | None = None,
     backend: str | None = None,
     duration: str | None = None,
+    ssh_service_type: str | None = None,
 ) -> dict:
     """The DevServer object ``devctl create`` submits. Unset options are left to
     the CRD defaults (image, home size, idle timeout...)."""
@@ -189,6 +190,8 @@ def build_devserver(
         spec["sshPublicKeys"] = list(ssh_keys)
     if ssh_key_secret:
         spec["sshKeySecretRef"] = dict(ssh_key_secret)
+    if ssh_service_type:
+        spec["ssh"] = {"serviceType": ssh_service_type}
     if env:
         spec["env"] = list(env)
     lifecycle: dict[str, Any] = {}
@@ -257,6 +260,9 @@ def key_options(command):
 @click.option("--no-shared", is_flag=True, help="Mount nothing at /shared.")
 @key_options
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
+@click.option("--ssh-service-type", type=click.Choice(["ClusterIP", "NodePort", "LoadBalancer"]),
+              help="How sshd is reached: ClusterIP (in the cluster; devctl ssh port-forwards), NodePort or "
+              "LoadBalancer (a direct address: plain ssh, no kubectl). Default: the cluster's.")
 @click.option("--idle-timeout", type=DURATION, metavar="DURATION",
               help="Idle time before auto-shutdown: seconds or 30m, 2h, 1d; 0 = never (default 1h).")
 @click.option("--auto-shutdown/--no-auto-shutdown", default=None,
@@ -280,7 +286,8 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
            idle_timeout: float | None, auto_shutdown: bool | None, owner: str | None,
            distributed: bool, replicas: int | None, nprocs_per_node: int | None, backend: str | None,
            wait_: bool, timeout: float, dry_run: bool, output: str, duration: str | None = None,
-           no_user_keys: bool = False, ssh_key_secret: dict | None = None) -> None:
+           no_user_keys: bool = False, ssh_key_secret: dict | None = None,
+           ssh_service_type: str | None = None) -> None:
     """Create a dev server NAME of flavor --flavor.
 
     \b
@@ -334,7 +341,7 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         ssh_key_secret=ssh_key_secret, env=env_vars,
         idle_timeout=int(idle_timeout) if idle_timeout is not None else None,
         auto_shutdown=auto_shutdown, distributed=distributed, replicas=replicas,
-        nprocs_per_node=nprocs_per_node, backend=backend, duration=duration,
+        nprocs_per_node=nprocs_per_node, backend=backend, duration=duration, ssh_service_type=ssh_service_type,
     )
     if dry_run:
         if no_key_warning:
@@ -472,7 +479,8 @@ def list_(settings: Settings, all_namespaces: bool, selector: str | None, output
             row.insert(0, obj["metadata"].get("namespace", ""))
         if wide:
             row += [spec.get("image") or "-", str(desired_replicas(obj)), spec.get("owner") or "-",
-                    (obj.get("status") or {}).get("sshCommand") or "-"]
+                    ((obj.get("status") or {}).get("ssh") or {}).get("command")
+                    or (obj.get("status") or {}).get("sshCommand") or "-"]
         rows.append(row)
     where = "any namespace" if all_namespaces else f'namespace "{namespace}"'
     matching = f" matching {selector}" if selector else ""
@@ -636,6 +644,13 @@ def describe(obj: dict, pods: list[dict] | None, events: list[dict] | None) -> s
     else:
         lines.append(("SSH endpoint", status.get("sshEndpoint") or "<pending>"))
         lines.append(("Connect", status.get("sshCommand") or f"devctl ssh {name} -n {ns}"))
+        direct = status.get("ssh") if isinstance(status.get("ssh"), dict) else {}
+        wanted = (spec.get("ssh") or {}).get("serviceType") if isinstance(spec.get("ssh"), dict) else None
+        if direct.get("command"):
+            # the plain command, no devctl or kubectl needed (spec.ssh.serviceType NodePort / LoadBalancer)
+            lines.append(("SSH direct", f"{direct['command']} ({direct.get('serviceType')})"))
+        elif direct or wanted in ("NodePort", "LoadBalancer"):
+            lines.append(("SSH direct", f"<pending: {direct.get('message') or 'not reconciled yet'}>"))
     width = max(len(k) for k, _ in lines) + 2
     out = [f"{k + ':':<{width}}{v}" for k, v in lines]
 

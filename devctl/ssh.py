@@ -1,8 +1,9 @@
 """``devctl ssh``: connect to a dev server, directly or through kubectl port-forward.
 
-Direct when the SSH Service (or the replica's pod) answers a short TCP connect from
-here (e.g. inside the cluster or over a VPN); otherwise ``kubectl port-forward``
-to a free local port and ``ssh -p PORT dev@127.0.0.1``.
+Direct to status.ssh's address when the server has one (spec.ssh.serviceType NodePort or
+LoadBalancer: ``ssh -p PORT dev@HOST``, no kubectl); else direct when the SSH Service (or the
+replica's pod) answers a short TCP connect from here (e.g. inside the cluster or over a VPN);
+otherwise ``kubectl port-forward`` to a free local port and ``ssh -p PORT dev@127.0.0.1``.
 """
 from __future__ import annotations
 
@@ -85,6 +86,18 @@ class SshPlan:
                 "localPort": self.local_port, "portForward": self.port_forward, "ssh": self.ssh}
 
 
+def direct_address(obj: dict) -> tuple[str, int] | None:
+    """(host, port) of status.ssh, the direct address of a NodePort or LoadBalancer server, or None
+    (ClusterIP, or an address not there yet: status.ssh.message says why)."""
+    ssh = (obj.get("status") or {}).get("ssh")
+    if not isinstance(ssh, dict):
+        return None
+    host, port = ssh.get("host"), ssh.get("port")
+    if isinstance(host, str) and host and isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+        return host, port
+    return None
+
+
 def ssh_argv(user: str, host: str, port: int, extra: tuple[str, ...], host_key_alias: str | None) -> list[str]:
     argv = ["ssh", "-p", str(port)]
     if host_key_alias:
@@ -129,6 +142,13 @@ def plan_ssh(settings: Settings, name: str, replica: int | None, user: str,
     else:
         service = f"{name}-ssh"
         target, remote_port = f"svc/{service}", SSH_SERVICE_PORT
+        direct = direct_address(obj)
+        if direct and force != "port-forward":
+            # the address the cluster gives it outside (status.ssh): no probe, no kubectl; the host key
+            # is known by the server's name (the node, hence the address, may change)
+            host, port = direct
+            return SshPlan("direct", host, port, ssh_argv(user, host, port, extra, f"{name}.{namespace}.devserver"),
+                           target=target, candidates=[f"{host}:{port}"])
         try:
             svc = api.get_service(namespace, service)
             ip = (svc.get("spec") or {}).get("clusterIP")
@@ -227,6 +247,9 @@ def run_plan(plan: SshPlan) -> int:
 def ssh(settings: Settings, name: str, replica: int | None, user: str, print_only: bool,
         force: str | None, output: str, ssh_args: tuple[str, ...]) -> None:
     """SSH into dev server NAME (extra arguments after -- go to ssh).
+
+    A server with a direct address (spec.ssh.serviceType NodePort or LoadBalancer: status.ssh)
+    is reached there; any other through kubectl port-forward unless its address answers from here.
 
     \b
     Examples:

@@ -4,7 +4,9 @@ It writes one managed block at the top of ``~/.ssh/config`` (between the BEGIN a
 below; everything else in the file is kept as it is): a ``Host`` entry per server (and per
 replica of a distributed one, ``<name>-<i>``) whose ``ProxyCommand`` is ``devctl ssh-proxy``:
 that connects stdin/stdout to the server's sshd, directly when its address answers from here,
-else through ``kubectl port-forward`` (as ``devctl ssh`` does). ``devctl delete`` removes the
+else through ``kubectl port-forward`` (as ``devctl ssh`` does).  A server with a direct address
+(status.ssh: spec.ssh.serviceType NodePort or LoadBalancer) gets its ``HostName`` and ``Port``
+instead, no ProxyCommand (its replicas' entries keep one).  ``devctl delete`` removes the
 server's entries; ``--remove`` removes the named ones (all: the whole block).
 """
 from __future__ import annotations
@@ -79,9 +81,18 @@ def proxy_command(settings: Settings, namespace: str, name: str, replica: int | 
     return shlex.join(argv).replace("%", "%%")
 
 
-def host_entry(settings: Settings, namespace: str, name: str, user: str, replica: int | None = None) -> list[str]:
+def host_entry(settings: Settings, namespace: str, name: str, user: str, replica: int | None = None,
+               direct: tuple[str, int] | None = None) -> list[str]:
     host = name if replica is None else f"{name}-{replica}"
     alias = f"{host}.{namespace}.devserver"
+    if direct:
+        # the host key is kept by the server's name (HostKeyAlias): the node, hence the address, may change
+        return [f"Host {host} {host}.{namespace}",
+                f"  HostName {direct[0]}",
+                f"  Port {direct[1]}",
+                f"  User {user}",
+                f"  HostKeyAlias {alias}",
+                "  ServerAliveInterval 30"]
     return [f"Host {host} {host}.{namespace}",
             f"  HostName {alias}",
             f"  User {user}",
@@ -127,7 +138,8 @@ def forget(names: list[str], namespace: str, path: str | None = None) -> None:
             entries, _rest = split_block(fh.read())
     except (OSError, ValueError):  # no file, or a block edited by hand: left alone
         return
-    ours = [re.compile(r"^  HostName %s(-\d+)?\.%s\.devserver$" % (re.escape(n), re.escape(namespace))) for n in names]
+    ours = [re.compile(r"^  (HostName|HostKeyAlias) %s(-\d+)?\.%s\.devserver$" % (re.escape(n), re.escape(namespace)))
+            for n in names]
     gone = {n for entry in entries if any(p.match(line) for p in ours for line in entry) for n in entry_names(entry)}
     if gone:
         write_config(path, [], gone)
@@ -144,7 +156,9 @@ def forget(names: list[str], namespace: str, path: str | None = None) -> None:
 def ssh_config(settings: Settings, names: tuple[str, ...], user: str, remove: bool, path: str | None,
                print_only: bool) -> None:
     """Write ssh config entries for dev servers NAMES (default: every server of the namespace
-    with SSH on), so that `ssh NAME`, scp, rsync and VS Code Remote-SSH work by name.
+    with SSH on), so that `ssh NAME`, scp, rsync and VS Code Remote-SSH work by name.  A server
+    with a direct address (spec.ssh.serviceType NodePort or LoadBalancer) gets its HostName and
+    Port; the others a ProxyCommand through devctl.
 
     \b
     Examples:
@@ -153,6 +167,7 @@ def ssh_config(settings: Settings, names: tuple[str, ...], user: str, remove: bo
       devctl ssh-config --remove my-dev
     """
     from .devserver import desired_replicas
+    from .ssh import direct_address
 
     path = path or default_path()
     if remove:
@@ -169,7 +184,7 @@ def ssh_config(settings: Settings, names: tuple[str, ...], user: str, remove: bo
             if names:
                 raise DevctlError(f'ssh is disabled for devserver "{name}" (spec.enableSSH is false)')
             continue
-        entries.append(host_entry(settings, namespace, name, user))
+        entries.append(host_entry(settings, namespace, name, user, direct=direct_address(obj)))
         if spec.get("mode") == "distributed":
             entries += [host_entry(settings, namespace, name, user, i) for i in range(desired_replicas(obj))]
     if print_only:

@@ -113,6 +113,13 @@ def devserver_cases() -> dict[str, dict]:
                                   "devuser": jane}
     cases["user_keys_own_secret"] = {"cr": _devserver(standalone, "ownkeys", sshKeySecretRef={"name": "team-keys"}),
                                      "flavor": cpu, "devuser": jane}
+    # SSH without kubectl (issue 27.6): a NodePort Service, and in a DevUser's namespace (default-deny)
+    # the NetworkPolicy <name>-ssh that lets the clients reach sshd; a LoadBalancer one elsewhere
+    # (no policy of torchdev isolates the pod there).
+    cases["ssh_nodeport"] = {"cr": _devserver(standalone, "direct", ssh={"serviceType": "NodePort"}), "flavor": cpu,
+                             "devuser": jane}
+    cases["ssh_loadbalancer"] = {"cr": _devserver(standalone, "balanced", ssh={"serviceType": "LoadBalancer"}),
+                                 "flavor": cpu}
     # Kueue served and the namespace has LocalQueue torchdev: the new StatefulSet (only it,
     # not its pod template) is queued, with the WorkloadPriorityClass that applies.
     cases["kueue_queued"] = {

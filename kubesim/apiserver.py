@@ -75,6 +75,36 @@ def _body_spec(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
+
+def _external(spec: Obj) -> bool:
+    return spec.get("type") in ("NodePort", "LoadBalancer")
+
+
+def _drop_type_dependent_fields(old: Obj, new: Obj) -> None:
+    """kube-apiserver's dropTypeDependentFields (pkg/registry/core/service/strategy.go) for an
+    update that changes a Service's type: the fields the old type had and the new one has no
+    use for are cleared when the update left them as they were (an apply that stops setting
+    the type keeps the allocated nodePorts, which the new type would refuse): the nodePorts
+    (the new type is neither NodePort nor LoadBalancer), healthCheckNodePort (not a
+    LoadBalancer with externalTrafficPolicy Local), externalTrafficPolicy (not externally
+    accessible); and status.loadBalancer of anything but a LoadBalancer."""
+    ospec, nspec = old.get("spec") or {}, new.get("spec") or {}
+    if _external(ospec) and not _external(nspec):
+        same = [p.get("nodePort") for p in ospec.get("ports") or []] == \
+            [p.get("nodePort") for p in nspec.get("ports") or []]
+        if same:
+            for p in nspec.get("ports") or []:
+                p.pop("nodePort", None)
+        if nspec.get("externalTrafficPolicy") == ospec.get("externalTrafficPolicy"):
+            nspec.pop("externalTrafficPolicy", None)
+    hc_old = ospec.get("type") == "LoadBalancer" and ospec.get("externalTrafficPolicy") == "Local"
+    hc_new = nspec.get("type") == "LoadBalancer" and nspec.get("externalTrafficPolicy") == "Local"
+    if hc_old and not hc_new and nspec.get("healthCheckNodePort") == ospec.get("healthCheckNodePort"):
+        nspec.pop("healthCheckNodePort", None)
+    if nspec.get("type") != "LoadBalancer" and isinstance(new.get("status"), dict) \
+            and (new["status"].get("loadBalancer") or {}):
+        new["status"]["loadBalancer"] = {}
+
 class ApiServer:
     def __init__(self, registry: Registry | None = None, store: Store | None = None,
                  validate: bool = True):
@@ -499,6 +529,7 @@ class ApiServer:
                 for k in ("clusterIP", "clusterIPs"):
                     if k in ospec and not nspec.get(k):
                         nspec[k] = ospec[k]
+                _drop_type_dependent_fields(old, new)
                 self._allocate_service(new)
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]

@@ -97,6 +97,8 @@ def apply_defaults(kind: str, api_version: str, obj: Obj) -> None:
     elif kind == "Service" and isinstance(spec, dict):
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
+        if spec["type"] in ("NodePort", "LoadBalancer"):
+            spec.setdefault("externalTrafficPolicy", "Cluster")
         for p in spec.get("ports") or []:
             p.setdefault("protocol", "TCP")
             p.setdefault("targetPort", p.get("port"))

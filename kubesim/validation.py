@@ -343,6 +343,26 @@ def _config_key_causes(obj: dict, fields: tuple[str, ...]) -> list[dict[str, str
     return causes
 
 
+def _service_type_causes(spec: dict) -> list[dict[str, str]]:
+    """kube-apiserver's type-dependent Service fields (ValidateService,
+    validateServiceExternalTrafficPolicy): no nodePort on a ClusterIP Service, no
+    externalTrafficPolicy on one that is not externally accessible."""
+    if not isinstance(spec, dict):
+        return []
+    causes = []
+    if spec.get("type", "ClusterIP") == "ClusterIP":
+        for i, port in enumerate(spec.get("ports") or []):
+            if isinstance(port, dict) and port.get("nodePort"):
+                causes.append({"field": f"spec.ports[{i}].nodePort", "reason": "FieldValueForbidden",
+                               "message": "Forbidden: may not be used when `type` is 'ClusterIP'"})
+    external = spec.get("type") in ("NodePort", "LoadBalancer") or bool(spec.get("externalIPs"))
+    policy = spec.get("externalTrafficPolicy")
+    if not external and policy:
+        causes.append({"field": "spec.externalTrafficPolicy", "reason": "FieldValueInvalid",
+                       "message": f'Invalid value: "{policy}": may only be set for externally-accessible services'})
+    return causes
+
+
 def validate_builtin_semantics(obj: dict) -> None:
     """kube-apiserver's checks beyond the schema for pod specs (container names, env var names,
     non-negative resources, a Pod's images), claims (a positive storage request) and the data
@@ -358,6 +378,8 @@ def validate_builtin_semantics(obj: dict) -> None:
         for part in _POD_SPEC_PATHS[kind]:
             spec = spec.get(part) if isinstance(spec, dict) else None
         causes = _pod_spec_causes(spec, ".".join(_POD_SPEC_PATHS[kind]))
+    elif kind == "Service" and obj.get("apiVersion") == "v1":
+        causes = _service_type_causes(obj.get("spec") or {})
     elif kind == "PersistentVolumeClaim":
         requests = ((obj.get("spec") or {}).get("resources") or {}).get("requests")
         if isinstance(requests, dict) and "storage" in requests:

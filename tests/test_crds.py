@@ -404,6 +404,10 @@ VALID_DEVSERVERS = {
     "ssh-keys": devserver(sshPublicKeys=[SSH_KEY, "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTY= a@b",
                                          "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7"]),
     "ssh-secret": devserver(sshKeySecretRef={"name": "jane-keys"}),
+    "ssh-nodeport": devserver(ssh={"serviceType": "NodePort"}),
+    "ssh-loadbalancer": devserver(ssh={"serviceType": "LoadBalancer"}),
+    "ssh-clusterip": devserver(ssh={"serviceType": "ClusterIP"}),
+    "ssh-empty": devserver(ssh={}),  # the operator's default applies
     "env": devserver(env=[
         {"name": "HF_HOME", "value": "/shared/hf"},
         {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
@@ -462,6 +466,10 @@ INVALID_DEVSERVERS = [
     ("unknown-mode", devserver(mode="cluster"), "spec.mode", "Unsupported value"),
     ("bad-pull-policy", devserver(imagePullPolicy="Sometimes"), "spec.imagePullPolicy", "Unsupported value"),
     ("bad-retention", devserver(homeRetentionPolicy="Snapshot"), "spec.homeRetentionPolicy", "Unsupported value"),
+    ("ssh-service-type-externalname", devserver(ssh={"serviceType": "ExternalName"}),
+     "spec.ssh.serviceType", "Unsupported value"),
+    ("ssh-service-type-lowercase", devserver(ssh={"serviceType": "nodeport"}),
+     "spec.ssh.serviceType", "Unsupported value"),
     ("bad-ssh-key", devserver(sshPublicKeys=["hello world"]),
      "spec.sshPublicKeys[0]", "OpenSSH public keys"),
     ("ssh-private-key", devserver(sshPublicKeys=["-----BEGIN OPENSSH PRIVATE KEY-----"]),

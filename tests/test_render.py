@@ -145,7 +145,7 @@ def test_statefulset(rendered, case):
         assert "sshd -D -e -p 2222" in dev["args"][0]
         svc = objs[("Service", name + "-ssh")]
         assert svc["spec"]["ports"] == [{"name": "ssh", "port": 22, "targetPort": 2222, "protocol": "TCP"}]
-        assert svc["spec"]["type"] == "ClusterIP"
+        assert svc["spec"]["type"] == (spec.get("ssh") or {}).get("serviceType", "ClusterIP")
     else:
         assert ("Service", name + "-ssh") not in objs
     headless = objs[("Service", name)]
@@ -324,6 +324,30 @@ def test_standalone_single_process_env_and_ports(rendered):
     assert not any(k.startswith(("NCCL_", "FI_")) for k in env)
     headless = _by_kind(rendered["jane-dev__gpu-a10g-1"])[("Service", "jane-dev")]
     assert [p["name"] for p in headless["spec"]["ports"]] == ["ssh"]
+
+
+@pytest.mark.parametrize("case,service_type,policy", [
+    ("jane-dev__cpu-small", "ClusterIP", False),   # the operator's default (devserver_ssh_service_type)
+    ("user_share", "ClusterIP", False),            # a DevUser's namespace: its allow-ssh is the policy
+    ("ssh_nodeport", "NodePort", True),            # ... a NodePort there gets its own, from the operator's CIDRs
+    ("ssh_loadbalancer", "LoadBalancer", False),   # no DevUser: nothing of torchdev isolates the pod
+])
+def test_ssh_service_type_and_network_policy(rendered, case, service_type, policy):
+    """spec.ssh.serviceType (issue 27.6): the <name>-ssh Service's type, the client's address kept for
+    an external one, and the NetworkPolicy <name>-ssh to sshd of replica 0 only where a DevUser's
+    default-deny would drop the clients."""
+    name = CASES[case]["cr"]["metadata"]["name"]
+    objects = _by_kind(rendered[case])
+    svc = objects[("Service", name + "-ssh")]["spec"]
+    assert svc["type"] == service_type
+    assert svc.get("externalTrafficPolicy") == (None if service_type == "ClusterIP" else "Local")
+    assert "nodePort" not in svc["ports"][0]  # the API server allocates it (and clears it on a change back)
+    netpol = objects.get(("NetworkPolicy", name + "-ssh"))
+    assert (netpol is not None) is policy
+    if policy:
+        assert netpol["spec"]["podSelector"]["matchLabels"] == svc["selector"]
+        assert netpol["spec"]["ingress"] == [{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+                                              "ports": [{"protocol": "TCP", "port": 2222}]}]
 
 
 # --- UsageRecords (tasks/usage.yml) --------------------------------------------------------------

@@ -3,7 +3,8 @@
 The apiserver allocates clusterIP(s) and nodePorts at create time; this controller
 fills them in only if a Service somehow lacks them (e.g. created with validation
 off), gives LoadBalancer Services `status.loadBalancer.ingress[0].hostname`
-`<name>-<namespace>.elb.kubesim.local`, and keeps an Endpoints object and an
+`<name>-<namespace>.elb.kubesim.local` (field manager cloud-controller-manager; the apiserver
+clears it, and the nodePorts it allocated, when the type changes away), and keeps an Endpoints object and an
 EndpointSlice per selector Service in sync with the matching pods that have an IP
 (ready ones as addresses, the others as notReadyAddresses, all of them as addresses
 with publishNotReadyAddresses). Named targetPorts are resolved per pod.
@@ -196,7 +197,10 @@ class ServiceController(Controller):
         new = dict(svc)
         new["status"] = status
         try:
-            self.api.update("services", new, namespace=meta["namespace"], subresource="status")
+            # Under the cloud controller's manager, as in a cluster: the managedFields change is
+            # what lets an operator's dependent predicate see the address arrive.
+            self.api.update("services", new, namespace=meta["namespace"], subresource="status",
+                            field_manager="cloud-controller-manager")
         except ApiError as exc:
             if exc.code not in (404, 409):
                 raise

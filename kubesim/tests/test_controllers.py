@@ -6,6 +6,7 @@ Each test starts a Cluster (default node pool: cpu-0/1 with 16 cpu, gpu-0/1 with
 """
 from __future__ import annotations
 
+import copy
 import asyncio
 import logging
 import time
@@ -1138,3 +1139,32 @@ def test_a_pod_create_over_a_resource_quota_is_forbidden(api):
     assert applied.value.code == 403 and applied.value.message == refused.value.message
     assert gone(api, "pods", NS, "big")()
     api.create("pods", pod("small", requests={"cpu": "1"}))
+
+
+async def test_service_type_change_clears_what_the_old_type_allocated(api):
+    """kube-apiserver's dropTypeDependentFields: an update to ClusterIP that leaves the allocated
+    nodePort (and externalTrafficPolicy) as they were clears them, where they would be refused;
+    the load balancer's address goes with the LoadBalancer type; one that sets a nodePort on a
+    ClusterIP Service is refused."""
+    api.create("services", service("t", {"app": "x"}, "LoadBalancer", externalTrafficPolicy="Local"))
+    lb = await wait_for(lambda: (api.get("services", NS, "t").get("status") or {}).get(
+        "loadBalancer", {}).get("ingress") and api.get("services", NS, "t"))
+    assert lb["spec"]["ports"][0]["nodePort"] and lb["spec"]["externalTrafficPolicy"] == "Local"
+    assert any(m.get("manager") == "cloud-controller-manager" and m.get("subresource") == "status"
+               for m in lb["metadata"].get("managedFields") or [])
+    as_node_port = dict(lb, spec=dict(lb["spec"], type="NodePort"))
+    np = api.update("services", as_node_port, namespace=NS)
+    assert np["spec"]["ports"][0]["nodePort"] == lb["spec"]["ports"][0]["nodePort"]
+    assert np["spec"]["externalTrafficPolicy"] == "Local" and np["status"]["loadBalancer"] == {}
+    cluster_ip = api.update("services", dict(np, spec=dict(np["spec"], type="ClusterIP")), namespace=NS)
+    assert "nodePort" not in cluster_ip["spec"]["ports"][0]
+    assert "externalTrafficPolicy" not in cluster_ip["spec"]
+    back = api.update("services", dict(cluster_ip, spec=dict(cluster_ip["spec"], type="NodePort")), namespace=NS)
+    assert 30000 <= back["spec"]["ports"][0]["nodePort"] <= 32767
+    assert back["spec"]["externalTrafficPolicy"] == "Cluster"  # defaulted
+    forced = copy.deepcopy(back)
+    forced["spec"]["type"] = "ClusterIP"
+    forced["spec"]["ports"][0]["nodePort"] = 30999  # changed: not cleared, refused
+    with pytest.raises(ApiError) as err:
+        api.update("services", forced, namespace=NS)
+    assert err.value.code == 422 and "may not be used when `type` is 'ClusterIP'" in str(err.value)

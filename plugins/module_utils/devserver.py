@@ -233,3 +233,164 @@ def problem_requeue(problem, deadline=""):
     if (problem or {}).get("reason") in ("ClaimNotFound", "QuotaExceeded"):
         periods.append(PLACEMENT_RECHECK_SECONDS)
     return "%ds" % min(periods) if periods else ""
+
+
+# --------------------------------------------------------------------------- ssh exposure
+# spec.ssh.serviceType (issue 27.6): how the <name>-ssh Service exposes sshd.  ClusterIP: in the
+# cluster only (devctl ssh port-forwards); NodePort / LoadBalancer: a direct address outside it.
+SSH_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+EXTERNAL_SSH_SERVICE_TYPES = ("NodePort", "LoadBalancer")
+SSH_SERVICE_PORT = 22
+
+
+def _cidr_list(cidrs):
+    """The valid CIDRs (network addresses, host bits clear) of a list or a comma-separated string,
+    in order, without duplicates."""
+    import ipaddress
+
+    if isinstance(cidrs, str):
+        cidrs = cidrs.split(",")
+    if not isinstance(cidrs, (list, tuple)):
+        return []
+    found = []
+    for cidr in cidrs:
+        if not isinstance(cidr, str):
+            continue
+        try:
+            net = str(ipaddress.ip_network(cidr.strip(), strict=True))
+        except ValueError:
+            continue
+        if net not in found:
+            found.append(net)
+    return found
+
+
+def ssh_service(spec, default_type="ClusterIP", external_cidrs=None, devuser=None):
+    """How the <name>-ssh Service exposes sshd, and the NetworkPolicy that goes with it:
+    ``{type, externalTrafficPolicy, networkPolicyCIDRs}``.
+
+    * type: spec.ssh.serviceType, else the operator's cluster default ``default_type`` (role var
+      devserver_ssh_service_type, env TORCHDEV_SSH_SERVICE_TYPE); ClusterIP for anything that is
+      not one of SSH_SERVICE_TYPES.
+    * externalTrafficPolicy: Local for NodePort and LoadBalancer (None for ClusterIP): the
+      client's address reaches the pod (the NetworkPolicy's sources mean what they say) and the
+      node port answers on the node the pod runs on, the address status.ssh gives.
+    * networkPolicyCIDRs: the sources the NetworkPolicy <name>-ssh lets reach sshd, for an
+      external type in a DevUser's namespace (``devuser``: the DevUser read, None when the
+      namespace has none), whose default-deny policy would drop that traffic otherwise; the
+      valid CIDRs of ``external_cidrs`` (a list or "a,b"; role var devserver_ssh_external_cidrs).
+      [] for ClusterIP, outside a DevUser's namespace (nothing of torchdev isolates the pod
+      there), or without a valid CIDR (no policy: ssh stays reachable from where the DevUser's
+      allow-ssh allows).
+
+    Never raises."""
+    spec = spec if isinstance(spec, dict) else {}
+    ssh = spec.get("ssh")
+    wanted = ssh.get("serviceType") if isinstance(ssh, dict) else None
+    kind = wanted if isinstance(wanted, str) and wanted in SSH_SERVICE_TYPES else None
+    if kind is None and wanted is None:
+        kind = default_type if isinstance(default_type, str) and default_type in SSH_SERVICE_TYPES else None
+    kind = kind or "ClusterIP"
+    external = kind in EXTERNAL_SSH_SERVICE_TYPES
+    return {"type": kind,
+            "externalTrafficPolicy": "Local" if external else None,
+            "networkPolicyCIDRs": _cidr_list(external_cidrs) if external and isinstance(devuser, dict) else []}
+
+
+def _ssh_host(value):
+    """An IP address or a DNS name as an address may be written in a command line, else None."""
+    import re
+
+    if isinstance(value, str) and 0 < len(value) <= 253 and re.match(r"^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$", value):
+        return value
+    return None
+
+
+def _replica0(pods, name):
+    for pod in pods if isinstance(pods, list) else []:
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        if isinstance(meta, dict) and isinstance(name, str) and meta.get("name") == "%s-0" % name:
+            return pod
+    return None
+
+
+def ssh_node_name(service_type, pods, name):
+    """The node whose address a NodePort server's status.ssh gives: the one its replica 0 (the
+    pod the <name>-ssh Service selects) runs on; "" when there is none to read (another type, a
+    pod not scheduled yet).  Never raises."""
+    if service_type != "NodePort":
+        return ""
+    pod = _replica0(pods, name)
+    node = (pod.get("spec") or {}).get("nodeName") if isinstance(pod, dict) and isinstance(pod.get("spec"), dict) else None
+    return node if isinstance(node, str) and _ssh_host(node) else ""
+
+
+def _ssh_port(service):
+    spec = service.get("spec") if isinstance(service, dict) else None
+    ports = spec.get("ports") if isinstance(spec, dict) else None
+    for port in ports if isinstance(ports, list) else []:
+        if isinstance(port, dict) and port.get("port") == SSH_SERVICE_PORT:
+            return port
+    return {}
+
+
+def _valid_port(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536 else None
+
+
+def _ssh_command(host, port, user="dev"):
+    """The plain ssh command line for ``user`` at host:port."""
+    return "ssh -p %d %s@%s" % (port, user, host)
+
+
+def ssh_access(service, pods=None, name=None, node=None):
+    """status.ssh: where sshd answers from outside the cluster, read from the live <name>-ssh
+    ``service``; None for a ClusterIP Service or none (devctl ssh port-forwards).
+
+    * NodePort: ``{serviceType, host, port, command}``, port the Service's nodePort, host the
+      address of the node replica 0 runs on (``node``, the Node read: its ExternalIP, else its
+      InternalIP; without it the pod's status.hostIP), command ``ssh -p <port> dev@<host>``.
+      Before the nodePort is allocated or the pod is on a node: ``{serviceType, port?, message}``.
+    * LoadBalancer: host the first status.loadBalancer.ingress ip or hostname, port 22; while the
+      load balancer has no address (none without a cloud controller): ``{serviceType, message}``.
+
+    A value that is not an address or a port is treated as absent.  Never raises."""
+    spec = service.get("spec") if isinstance(service, dict) else None
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if kind not in EXTERNAL_SSH_SERVICE_TYPES:
+        return None
+    svc_name = ((service.get("metadata") or {}) if isinstance(service.get("metadata"), dict) else {}).get("name")
+    svc_name = svc_name if isinstance(svc_name, str) else "the ssh Service"
+    host = port = None
+    if kind == "LoadBalancer":
+        status = service.get("status") if isinstance(service.get("status"), dict) else {}
+        lb = status.get("loadBalancer") if isinstance(status.get("loadBalancer"), dict) else {}
+        ingress = lb.get("ingress") if isinstance(lb.get("ingress"), list) else []
+        for entry in ingress:
+            if isinstance(entry, dict):
+                host = _ssh_host(entry.get("ip")) or _ssh_host(entry.get("hostname"))
+                if host:
+                    break
+        port = _valid_port(_ssh_port(service).get("port"))
+        if not host or not port:
+            return {"serviceType": kind,
+                    "message": "waiting for the load balancer's address (status.loadBalancer of Service %s)" % svc_name}
+    else:
+        port = _valid_port(_ssh_port(service).get("nodePort"))
+        if not port:
+            return {"serviceType": kind, "message": "waiting for the node port of Service %s" % svc_name}
+        node_status = node.get("status") if isinstance(node, dict) and isinstance(node.get("status"), dict) else {}
+        addresses = node_status.get("addresses") if isinstance(node_status.get("addresses"), list) else []
+        for wanted in ("ExternalIP", "InternalIP"):
+            host = next((_ssh_host(a.get("address")) for a in addresses
+                         if isinstance(a, dict) and a.get("type") == wanted and _ssh_host(a.get("address"))), None)
+            if host:
+                break
+        if not host:
+            pod = _replica0(pods, name)
+            pod_status = pod.get("status") if isinstance(pod, dict) and isinstance(pod.get("status"), dict) else {}
+            host = _ssh_host(pod_status.get("hostIP"))
+        if not host:
+            return {"serviceType": kind, "port": port,
+                    "message": "waiting for replica 0 to run on a node (its address is the host to connect to)"}
+    return {"serviceType": kind, "host": host, "port": port, "command": _ssh_command(host, port)}

@@ -54,6 +54,8 @@ def phase(desired_replicas, sts, suspended=False, failed=False):
 
 # status.queue (docs/api.md): from torchdev_queue_status
 QUEUE_STATUS_FIELDS = ("name", "clusterQueue", "workload", "position", "estimatedStartTime")
+# status.ssh (devserver.ssh_access).
+SSH_STATUS_FIELDS = ("serviceType", "host", "port", "command", "message")
 
 
 # Container waiting reasons that will not resolve by waiting (a replica is failing).
@@ -381,7 +383,7 @@ def devserver_lifecycle(cr, sts, desired_replicas, now, activity=None, pods=None
 
 def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=None, now=None,
                      pods=None, rendezvous_endpoint=None, queue=None, shared_claim=None, lifecycle=None,
-                     events=None, home_refused=None, evictions=None):
+                     events=None, home_refused=None, evictions=None, ssh=None):
     """The complete DevServer status for a successful reconcile (conditions included).
 
     ``pods``: the live pods of the DevServer (label-selected), for replicaStatuses and
@@ -396,7 +398,10 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     plan.home_resizes does not grow (the HomeResized condition; None leaves it out);
     ``evictions``: eviction.server_evictions (status.evictions, lastEvictionTime,
     lastEvictionReason, usageStartTime and the Evicted condition: True while Kueue has evicted
-    the server, False Readmitted once admitted again; None leaves them as they are).
+    the server, False Readmitted once admitted again; None leaves them as they are);
+    ``ssh``: the direct SSH address of a NodePort / LoadBalancer Service (devserver.ssh_access:
+    status.ssh, every key of SSH_STATUS_FIELDS so that the merge patch removes the ones no longer
+    set); None removes status.ssh (ClusterIP: devctl ssh port-forwards).
     """
     meta = (cr or {}).get("metadata") or {}
     spec = (cr or {}).get("spec") or {}
@@ -427,6 +432,7 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
         "queue": {key: queue.get(key) for key in QUEUE_STATUS_FIELDS} if queue else None,
         "warnings": spec_warnings(spec) or None,
         "sharedVolumeClaimName": shared_claim or None,
+        "ssh": {key: ssh.get(key) for key in SSH_STATUS_FIELDS} if isinstance(ssh, dict) and ssh else None,
     }
     if ssh_service:
         status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))

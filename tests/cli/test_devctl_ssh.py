@@ -215,3 +215,59 @@ def test_reachability_probe_wants_an_ssh_banner(greeting, expected):
     finally:
         t.join(2)
         srv.close()
+
+
+NODE_PORT = {"serviceType": "NodePort", "host": "203.0.113.7", "port": 30022, "command": "ssh -p 30022 dev@203.0.113.7"}
+
+
+def test_ssh_goes_to_the_direct_address_without_a_probe(devctl, cluster, ns, probes):
+    """spec.ssh.serviceType NodePort / LoadBalancer (issue 27.6): status.ssh's address, no port-forward,
+    no probe; the host key kept by the server's name; --port-forward still forwards."""
+    _server(cluster, "np", ssh={"serviceType": "NodePort"})
+    cluster.create_service("np-ssh")
+    cluster.set_status("np", ssh=NODE_PORT)
+    plan = as_json(devctl("ssh", "np", "--print", "-o", "json", "--", "nvidia-smi"))
+    assert plan["mode"] == "direct" and (plan["host"], plan["port"]) == ("203.0.113.7", 30022)
+    assert plan["portForward"] is None and probes["calls"] == []
+    assert plan["ssh"] == ["ssh", "-p", "30022", "-o", f"HostKeyAlias=np.{ns}.devserver", "dev@203.0.113.7", "nvidia-smi"]
+    result = devctl("ssh", "np", "--print")
+    assert result.exit_code == 0 and result.stdout.strip() == f"ssh -p 30022 -o HostKeyAlias=np.{ns}.devserver dev@203.0.113.7"
+    forwarded = as_json(devctl("ssh", "np", "--print", "-o", "json", "--port-forward"))
+    assert forwarded["mode"] == "port-forward" and forwarded["portForward"][-2:] == ["svc/np-ssh", f"{forwarded['localPort']}:22"]
+
+
+def test_ssh_while_the_load_balancer_has_no_address(devctl, cluster, probes):
+    """A LoadBalancer without an address yet (none without a cloud controller): as a ClusterIP server."""
+    _server(cluster, "lb", ssh={"serviceType": "LoadBalancer"})
+    cluster.create_service("lb-ssh")
+    cluster.set_status("lb", ssh={"serviceType": "LoadBalancer", "message": "waiting for the load balancer's address"})
+    plan = as_json(devctl("ssh", "lb", "--print", "-o", "json"))
+    assert plan["mode"] == "port-forward" and len(probes["calls"]) == 2
+
+
+def test_get_and_list_print_the_direct_command(devctl, cluster, ns):
+    _server(cluster, "np", ssh={"serviceType": "NodePort"})
+    cluster.set_status("np", ssh=NODE_PORT)
+    _server(cluster, "lb", ssh={"serviceType": "LoadBalancer"})
+    cluster.set_status("lb", ssh={"serviceType": "LoadBalancer", "message": "waiting for the load balancer's address"})
+    _server(cluster, "plain")
+    text = devctl("get", "np").stdout
+    assert "SSH direct:" in text and "ssh -p 30022 dev@203.0.113.7 (NodePort)" in text
+    assert "<pending: waiting for the load balancer's address>" in devctl("get", "lb").stdout
+    assert "SSH direct" not in devctl("get", "plain").stdout
+    assert as_json(devctl("get", "np", "-o", "json"))["status"]["ssh"] == NODE_PORT
+    wide = {line.split()[0]: line for line in devctl("list", "-o", "wide").stdout.splitlines()[1:]}
+    assert wide["np"].endswith("ssh -p 30022 dev@203.0.113.7") and wide["plain"].endswith(" -")
+
+
+@pytest.mark.parametrize("args,ssh", [
+    (["--ssh-service-type", "NodePort"], {"serviceType": "NodePort"}),
+    (["--ssh-service-type", "LoadBalancer"], {"serviceType": "LoadBalancer"}),
+    ([], None),  # the cluster's default
+])
+def test_create_ssh_service_type(devctl, tmp_path, args, ssh):
+    key = tmp_path / "id.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForTorchdevEndToEndxxxxxxxxxxxxx t@t\n")
+    body = as_json(devctl("create", "n", "--flavor", "gpu-a10g-1", "--ssh-key-file", str(key), "--owner", "jane@example.com", "--dry-run",
+                          "-o", "json", *args))
+    assert body["spec"].get("ssh") == ssh

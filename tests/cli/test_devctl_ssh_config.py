@@ -125,3 +125,28 @@ def test_a_block_edited_by_hand_is_never_lost(devctl, cluster, sshd, tmp_path):
 
     forget(["old"], cluster.ns, str(config))
     assert config.read_text() == text
+
+
+def test_a_server_with_a_direct_address_gets_hostname_and_port(devctl, cluster, sshd, tmp_path):
+    """spec.ssh.serviceType NodePort / LoadBalancer (issue 27.6): status.ssh's address is the entry's
+    HostName and Port, no ProxyCommand (plain OpenSSH reaches it, no devctl or kubectl), the host key
+    kept by the server's name; its replicas' entries keep the ProxyCommand; devctl delete forgets it."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    config = tmp_path / "ssh" / "config"
+    _server(cluster, "direct", 1, mode="distributed", distributed={"worldSize": 2})  # sshEndpoint: nothing answers
+    cluster.set_status("direct", ssh={"serviceType": "NodePort", "host": "127.0.0.1", "port": sshd["port"],
+                                      "command": f"ssh -p {sshd['port']} dev@127.0.0.1"})
+    _server(cluster, "waiting", sshd["port"])
+    cluster.set_status("waiting", ssh={"serviceType": "LoadBalancer", "message": "waiting for the load balancer's address"})
+    assert devctl("ssh-config", "--file", str(config), "--user", me).exit_code == 0
+    entries = {e[0].split()[1]: e for e in split_block(config.read_text())[0]}
+    assert entries["direct"] == [f"Host direct direct.{cluster.ns}", "  HostName 127.0.0.1", f"  Port {sshd['port']}",
+                                 f"  User {me}", f"  HostKeyAlias direct.{cluster.ns}.devserver", "  ServerAliveInterval 30"]
+    assert any(line.startswith("  ProxyCommand ") for line in entries["direct-0"])
+    assert any(line.startswith("  ProxyCommand ") for line in entries["waiting"])  # no address yet: devctl finds one
+    proc = _ssh(sshd, config, "direct", "echo", "direct-$((6*7))")
+    assert proc.returncode == 0 and proc.stdout.strip() == "direct-42", proc.stderr
+    from devctl.ssh_config import forget
+
+    forget(["direct"], cluster.ns, str(config))
+    assert sorted(e[0].split()[1] for e in split_block(config.read_text())[0]) == ["waiting"]

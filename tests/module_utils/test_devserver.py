@@ -206,3 +206,122 @@ USERS_KEYS = {"name": "ssh-public-keys", "key": "authorized_keys", "optional": T
 ])
 def test_ssh_key_secret(spec, devuser, secret):
     assert devserver.ssh_key_secret(spec, devuser) == secret
+
+
+# --- spec.ssh.serviceType: the <name>-ssh Service and its NetworkPolicy (issue 27.6) ---
+ANY = ["0.0.0.0/0"]
+
+
+@pytest.mark.parametrize("spec,default,cidrs,devuser,expected", [
+    # unset: the operator's cluster default
+    ({}, "ClusterIP", ANY, USER, {"type": "ClusterIP", "externalTrafficPolicy": None, "networkPolicyCIDRs": []}),
+    ({}, "NodePort", ANY, USER, {"type": "NodePort", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": ANY}),
+    ({"ssh": {}}, "LoadBalancer", ANY, USER,
+     {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": ANY}),
+    # set: the spec wins over the default, either way
+    ({"ssh": {"serviceType": "ClusterIP"}}, "NodePort", ANY, USER,
+     {"type": "ClusterIP", "externalTrafficPolicy": None, "networkPolicyCIDRs": []}),
+    ({"ssh": {"serviceType": "NodePort"}}, "ClusterIP", ANY, USER,
+     {"type": "NodePort", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": ANY}),
+    ({"ssh": {"serviceType": "LoadBalancer"}}, "ClusterIP", ["10.0.0.0/8", "192.168.0.0/16"], USER,
+     {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": ["10.0.0.0/8", "192.168.0.0/16"]}),
+    # the CIDRs as the env gives them (comma-separated), invalid and repeated ones left out
+    ({"ssh": {"serviceType": "NodePort"}}, "ClusterIP", "10.0.0.0/8, 10.1.2.3/8,nope,10.0.0.0/8,::/0", USER,
+     {"type": "NodePort", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": ["10.0.0.0/8", "::/0"]}),
+    # no valid CIDR: no policy
+    ({"ssh": {"serviceType": "NodePort"}}, "ClusterIP", [], USER,
+     {"type": "NodePort", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": []}),
+    # not a DevUser's namespace: no default-deny of torchdev's to open, no policy
+    ({"ssh": {"serviceType": "NodePort"}}, "ClusterIP", ANY, None,
+     {"type": "NodePort", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": []}),
+    # a default that is not a type (a typo in the operator's config): ClusterIP
+    ({}, "nodeport", ANY, USER, {"type": "ClusterIP", "externalTrafficPolicy": None, "networkPolicyCIDRs": []}),
+    ({}, None, ANY, USER, {"type": "ClusterIP", "externalTrafficPolicy": None, "networkPolicyCIDRs": []}),
+    # hostile values: ClusterIP, nothing raised (the CRD's enum refuses them first)
+    ({"ssh": {"serviceType": "ExternalName"}}, "NodePort", ANY, USER,
+     {"type": "ClusterIP", "externalTrafficPolicy": None, "networkPolicyCIDRs": []}),
+    ({"ssh": {"serviceType": ["NodePort"]}}, "NodePort", ANY, USER,
+     {"type": "ClusterIP", "externalTrafficPolicy": None, "networkPolicyCIDRs": []}),
+    ({"ssh": "NodePort"}, "ClusterIP", ANY, USER, {"type": "ClusterIP", "externalTrafficPolicy": None, "networkPolicyCIDRs": []}),
+    ({"ssh": {"serviceType": "NodePort"}}, "ClusterIP", [7, None, {"cidr": "0.0.0.0/0"}], USER,
+     {"type": "NodePort", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": []}),
+    ({"ssh": {"serviceType": "NodePort"}}, "ClusterIP", {"a": 1}, "user",
+     {"type": "NodePort", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": []}),
+    (None, "LoadBalancer", ANY, USER, {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "networkPolicyCIDRs": ANY}),
+])
+def test_ssh_service(spec, default, cidrs, devuser, expected):
+    assert devserver.ssh_service(spec, default, cidrs, devuser) == expected
+
+
+def _svc(kind, node_port=None, ingress=None):
+    port = {"name": "ssh", "port": 22, "targetPort": 2222, "protocol": "TCP"}
+    if node_port is not None:
+        port["nodePort"] = node_port
+    svc = {"metadata": {"name": "s-ssh"}, "spec": {"type": kind, "ports": [port]}}
+    if ingress is not None:
+        svc["status"] = {"loadBalancer": {"ingress": ingress}}
+    return svc
+
+
+POD0 = {"metadata": {"name": "s-0"}, "spec": {"nodeName": "node-a"}, "status": {"hostIP": "10.0.0.5"}}
+NODE = {"metadata": {"name": "node-a"}, "status": {"addresses": [
+    {"type": "Hostname", "address": "node-a"}, {"type": "InternalIP", "address": "10.0.0.5"},
+    {"type": "ExternalIP", "address": "203.0.113.7"}]}}
+INTERNAL_ONLY = {"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.5"}]}}
+NP_WAIT_POD = {"serviceType": "NodePort", "port": 30022,
+               "message": "waiting for replica 0 to run on a node (its address is the host to connect to)"}
+LB_WAIT = {"serviceType": "LoadBalancer",
+           "message": "waiting for the load balancer's address (status.loadBalancer of Service s-ssh)"}
+
+
+@pytest.mark.parametrize("service,pods,node,expected", [
+    # ClusterIP, or no Service (enableSSH false): no direct address
+    (_svc("ClusterIP"), [POD0], NODE, None),
+    (None, [POD0], NODE, None),
+    # NodePort: the node's ExternalIP, else its InternalIP, else the pod's hostIP
+    (_svc("NodePort", 30022), [POD0], NODE,
+     {"serviceType": "NodePort", "host": "203.0.113.7", "port": 30022, "command": "ssh -p 30022 dev@203.0.113.7"}),
+    (_svc("NodePort", 30022), [POD0], INTERNAL_ONLY,
+     {"serviceType": "NodePort", "host": "10.0.0.5", "port": 30022, "command": "ssh -p 30022 dev@10.0.0.5"}),
+    (_svc("NodePort", 30022), [POD0], None,
+     {"serviceType": "NodePort", "host": "10.0.0.5", "port": 30022, "command": "ssh -p 30022 dev@10.0.0.5"}),
+    # only replica 0's node: the Service selects that pod
+    (_svc("NodePort", 30022), [{"metadata": {"name": "s-1"}, "status": {"hostIP": "10.0.0.9"}}], None, NP_WAIT_POD),
+    # not scheduled yet, or no port yet
+    (_svc("NodePort", 30022), [{"metadata": {"name": "s-0"}, "status": {}}], None, NP_WAIT_POD),
+    (_svc("NodePort"), [POD0], NODE, {"serviceType": "NodePort", "message": "waiting for the node port of Service s-ssh"}),
+    # LoadBalancer: its ip, else its hostname, on port 22
+    (_svc("LoadBalancer", 30100, [{"ip": "198.51.100.4"}]), [POD0], None,
+     {"serviceType": "LoadBalancer", "host": "198.51.100.4", "port": 22, "command": "ssh -p 22 dev@198.51.100.4"}),
+    (_svc("LoadBalancer", 30100, [{"hostname": "a1.elb.example.com"}]), [], None,
+     {"serviceType": "LoadBalancer", "host": "a1.elb.example.com", "port": 22, "command": "ssh -p 22 dev@a1.elb.example.com"}),
+    # pending: no cloud controller gave it an address (yet)
+    (_svc("LoadBalancer", 30100), [POD0], NODE, LB_WAIT),
+    (_svc("LoadBalancer", 30100, []), [POD0], NODE, LB_WAIT),
+    # hostile values: treated as absent, never a command with them, nothing raised
+    (_svc("LoadBalancer", 30100, [{"hostname": "evil; rm -rf ~"}, {"ip": 7}]), [], None, LB_WAIT),
+    (_svc("NodePort", 30022), [POD0], {"status": {"addresses": [{"type": "ExternalIP", "address": "$(id)"}]}},
+     {"serviceType": "NodePort", "host": "10.0.0.5", "port": 30022, "command": "ssh -p 30022 dev@10.0.0.5"}),
+    (_svc("NodePort", True), [POD0], NODE, {"serviceType": "NodePort", "message": "waiting for the node port of Service s-ssh"}),
+    (_svc("NodePort", 70000), [POD0], NODE, {"serviceType": "NodePort", "message": "waiting for the node port of Service s-ssh"}),
+    ({"spec": {"type": "NodePort", "ports": "22"}}, "pods", "node",
+     {"serviceType": "NodePort", "message": "waiting for the node port of Service the ssh Service"}),
+    ({"spec": "NodePort"}, None, None, None),
+    ("service", None, None, None),
+])
+def test_ssh_access(service, pods, node, expected):
+    assert devserver.ssh_access(service, pods, "s", node) == expected
+
+
+@pytest.mark.parametrize("service_type,pods,node", [
+    ("NodePort", [POD0], "node-a"),
+    ("NodePort", [{"metadata": {"name": "s-1"}, "spec": {"nodeName": "node-b"}}, POD0], "node-a"),
+    ("NodePort", [{"metadata": {"name": "s-0"}, "spec": {}}], ""),    # not scheduled yet
+    ("LoadBalancer", [POD0], ""),                                     # its address is the load balancer's
+    ("ClusterIP", [POD0], ""),
+    ("NodePort", [{"metadata": {"name": "s-0"}, "spec": {"nodeName": "a/../b"}}], ""),
+    ("NodePort", "pods", ""),
+    (None, None, ""),
+])
+def test_ssh_node_name(service_type, pods, node):
+    assert devserver.ssh_node_name(service_type, pods, "s") == node

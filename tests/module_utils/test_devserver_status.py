@@ -512,3 +512,46 @@ def test_status_events_both_at_once():
     home = {"type": "HomeResized", "status": "False", "reason": "ResizeNotSupported", "message": "c"}
     assert devserver_status.status_events({}, {"conditions": [degraded, home]}) == [
         {"reason": "PodCreateRefused", "message": "q"}, {"reason": "ResizeNotSupported", "message": "c"}]
+
+
+# --- status.ssh: the direct address of a NodePort / LoadBalancer <name>-ssh Service (issue 27.6) ---
+NODE_PORT = {"serviceType": "NodePort", "host": "203.0.113.7", "port": 30022, "command": "ssh -p 30022 dev@203.0.113.7"}
+LB_PENDING = {"serviceType": "LoadBalancer", "message": "waiting for the load balancer's address"}
+
+
+def _stored(status):
+    """The status as the API server stores it after the merge patch: no null values."""
+    def prune(value):
+        if isinstance(value, dict):
+            return {k: prune(v) for k, v in value.items() if v is not None}
+        return value
+    return prune(dict(status, conditions=[dict(c, lastTransitionTime="T0") for c in status["conditions"]]))
+
+
+@pytest.mark.parametrize("old_ssh,new_ssh,patch", [
+    # a direct address appears: every key, those not set as null (the merge patch removes them)
+    (None, NODE_PORT, dict(NODE_PORT, message=None)),
+    # the same address: no write
+    (NODE_PORT, NODE_PORT, None),
+    # the load balancer got its address: the message goes
+    (LB_PENDING, {"serviceType": "LoadBalancer", "host": "lb.example.com", "port": 22, "command": "ssh -p 22 dev@lb.example.com"},
+     {"serviceType": "LoadBalancer", "host": "lb.example.com", "port": 22, "command": "ssh -p 22 dev@lb.example.com",
+      "message": None}),
+    # back to ClusterIP: status.ssh goes
+    (NODE_PORT, None, None),
+    # ClusterIP all along: nothing written
+    (None, None, "absent"),
+])
+def test_status_ssh(old_ssh, new_ssh, patch):
+    pods = [_pod(0)]
+    before = devserver_status.devserver_status(_cr(), _sts(1, 1), 1, "h", "x-ssh", NOW, pods, "", ssh=old_ssh)
+    live = _stored(before)
+    assert ("ssh" in live) == (old_ssh is not None)
+    desired = devserver_status.devserver_status(_cr(), _sts(1, 1), 1, "h", "x-ssh", NOW, pods, "", ssh=new_ssh)
+    changes = conditions.status_changes(live, desired, desired["conditions"], 2)
+    if patch == "absent" or (old_ssh == new_ssh):
+        assert changes is None
+    elif new_ssh is None:
+        assert changes == {"ssh": None}
+    else:
+        assert changes == {"ssh": patch}

@@ -351,7 +351,7 @@ FUZZED = {
     "conditions": ["normalize_condition", "merge_conditions", "status_patch", "problem_status", "status_changes",
                    "failure_reason", "retryable", "failure_message"],
     "devserver": ["env", "spec_errors", "spec_warnings", "spec_problem", "placement_problem", "owner_problem",
-                  "problem_requeue", "ssh_key_secret"],
+                  "problem_requeue", "ssh_key_secret", "ssh_service", "ssh_node_name", "ssh_access"],
     "devserver_status": ["phase", "pod_failure", "replica_statuses", "failing_replicas", "devserver_lifecycle",
                          "devserver_status", "rejected_spec_status", "requeue_period", "image_lacks_ssh",
                          "images_lacking_ssh", "degraded_event", "pod_create_refusals", "home_resized_condition",
