@@ -62,9 +62,11 @@ deps: ## The Debian packages some tests run (openssh-server, prometheus): instal
 	@bash hack/deps.sh
 
 # After pytest, the real tier's e2e modules (make test-real, its output in .cache/test-real.log,
-# printed at the end) run beside molecule, lint and checkov; each result counts.
+# printed at the end) run beside molecule, lint and checkov; each result counts.  pytest runs only
+# the kubesim_only tests of REAL_E2E's modules (--on-real-tier): each of their other tests runs
+# once, on the real tier (plain pytest, make test-real-kubesim: all of them on kubesim).
 test: deps setup $(S3_STAMP) cluster-build ## Run every test: pytest (unit, kubesim, CLI, e2e, the real control plane's tests/real, small reliability runs; TEST_WORKERS files at a time), then the e2e modules of REAL_E2E on the real tier beside molecule, lint and checkov
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak" --durations=25 --on-real-tier "$(REAL_E2E)"
 	@mkdir -p .cache; rm -f .cache/test-real.rc; \
 	  ( $(MAKE) --no-print-directory test-real > .cache/test-real.log 2>&1; echo $$? > .cache/test-real.rc ) & \
 	  $(MAKE) --no-print-directory molecule && $(MAKE) --no-print-directory lint && $(MAKE) --no-print-directory checkov; \
@@ -207,10 +209,15 @@ REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_distributed_e2e.py te
 REAL_E2E_SLOW ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.py \
 	tests/e2e/test_kueue_e2e.py tests/e2e/test_eaj_kueue_e2e.py tests/devuser/test_devuser_kueue_e2e.py \
 	tests/e2e/test_lifecycle_kueue_e2e.py tests/e2e/test_trainingjob_kueue_e2e.py tests/e2e/test_kueue_reshape_e2e.py \
-	tests/e2e/test_devserver_preemption_e2e.py tests/e2e/test_seed_examples_e2e.py
+	tests/e2e/test_devserver_preemption_e2e.py tests/e2e/test_seed_examples_e2e.py \
+	tests/e2e/test_ssh_service_type_e2e.py
 .PHONY: test-real
 test-real: setup cluster-build operator-build kueue-build $(IMAGE_STAMP) ## The e2e modules of REAL_E2E on the real control plane, Kueue and ansible-operator (TORCHDEV_E2E_TIER=real)
 	TORCHDEV_E2E_TIER=real $(BIN)/python -m pytest -q -p no:xdist -m "not soak and not kubesim_only" $(REAL_E2E)
+
+.PHONY: test-real-kubesim
+test-real-kubesim: setup ## The e2e modules of REAL_E2E on kubesim and the local runtime (what make test runs on the real tier instead)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak" $(REAL_E2E)
 
 .PHONY: test-real-all
 test-real-all: ## make test-real with REAL_E2E_SLOW too (lifecycle, TrainingJob)

@@ -6,12 +6,46 @@
   a reason that starts with ``machine:`` (e.g. ``pytest.skip("machine: no NVIDIA GPU")``).
   Any other skip -- a missing tool, package or file that ``make setup`` or the repository
   provides, an empty parameter list -- is reported as a failure.
+* ``--on-real-tier FILES``: test files that run on the real tier too (make test passes its
+  REAL_E2E, which `make test-real` runs there); here only their ``kubesim_only`` tests run, and
+  the others are counted as deselected, so each end-to-end test runs once in make test, on the
+  real control plane and ansible-operator where it can.
 """
 import pytest
 
 pytest_plugins = ["kubesim.pytest_plugin"]
 
 MACHINE_SKIP_PREFIX = "machine:"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--on-real-tier", default="", metavar="FILES",
+                     help="test files (space-separated) that make test runs on the real tier: run only their "
+                          "kubesim_only tests here")
+
+
+def on_real_tier(nodeid: str, files: set[str], kubesim_only: bool) -> bool:
+    """Whether the test ``nodeid`` runs on the real tier instead of here: its file is one of
+    ``files`` and it is not kubesim_only (which the real tier deselects)."""
+    return not kubesim_only and nodeid.split("::", 1)[0] in files
+
+
+def pytest_collection_modifyitems(config, items):
+    files = set(config.getoption("on_real_tier").split())
+    if not files:
+        return
+    moved = [i for i in items if on_real_tier(i.nodeid, files, i.get_closest_marker("kubesim_only") is not None)]
+    if moved:
+        config.hook.pytest_deselected(items=moved)
+        gone = set(moved)
+        items[:] = [i for i in items if i not in gone]
+
+
+def pytest_report_header(config):
+    files = config.getoption("on_real_tier").split()
+    if files:
+        return [f"on the real tier instead (make test-real), their kubesim_only tests here: {' '.join(files)}"]
+    return []
 
 
 def _skip_reason(report) -> str:

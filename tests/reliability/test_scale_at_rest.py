@@ -11,11 +11,12 @@ import pytest
 from _cluster import kube, ns, runtime, sim  # noqa: F401 (fixtures)
 from _e2e_helpers import GROUP, VERSION, devserver
 
-# The fixture waits up to 600 s for 50 servers (on a loaded 2-core machine they took over the
-# default 300 s test timeout, which then cut the wait short)
+# The fixture waits up to 600 s for the servers (on a loaded 2-core machine 50 took over the
+# default 300 s test timeout, which then cut the wait short).  20 in make test (50 took 615 s of
+# a loaded make test to settle); bench/scale.py measures 1,000.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
-SERVERS = 50
+SERVERS = 20
 REST = 30.0  # seconds sitting still
 # Room for the servers (cpu-small: 2 cpu, 8Gi, 20Gi of ephemeral storage each).
 NODES = ("cpu:4x{cpu:64,memory:256Gi,ephemeral-storage:1Ti,"
