@@ -75,7 +75,6 @@ def _body_spec(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-
 def _external(spec: Obj) -> bool:
     return spec.get("type") in ("NodePort", "LoadBalancer")
 
@@ -104,6 +103,7 @@ def _drop_type_dependent_fields(old: Obj, new: Obj) -> None:
     if nspec.get("type") != "LoadBalancer" and isinstance(new.get("status"), dict) \
             and (new["status"].get("loadBalancer") or {}):
         new["status"]["loadBalancer"] = {}
+
 
 class ApiServer:
     def __init__(self, registry: Registry | None = None, store: Store | None = None,

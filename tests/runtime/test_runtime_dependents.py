@@ -66,7 +66,7 @@ def _refs(gvks):
 
 # What each of this operator's watches learns (docs/architecture.md "Dependent watches").
 EXPECTED = {
-    "DevServer": ["apps/v1/StatefulSet", "rbac.authorization.k8s.io/v1/Role",
+    "DevServer": ["apps/v1/StatefulSet", "networking.k8s.io/v1/NetworkPolicy", "rbac.authorization.k8s.io/v1/Role",
                   "rbac.authorization.k8s.io/v1/RoleBinding", "v1/ConfigMap", "v1/Service", "v1/ServiceAccount"],
     "DevUser": ["kueue.x-k8s.io/v1beta2/ClusterQueue", "kueue.x-k8s.io/v1beta2/LocalQueue",
                 "networking.k8s.io/v1/NetworkPolicy", "rbac.authorization.k8s.io/v1/RoleBinding", "v1/LimitRange",

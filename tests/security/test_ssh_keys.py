@@ -124,6 +124,8 @@ KEY_FREE = {
         "main.yml: Record the failure": COMMON,
         "status.yml: Write the DevServer status": STATUS,
         "status.yml: Look again soon while the server's pods are starting": "a period computed from the status",
+        "observe.yml: Read the node of a NodePort server's first replica":
+            "a Node read by name (its result holds no keys); of the spec only enableSSH and the service type",
     },
 }
 
