@@ -98,6 +98,12 @@ def direct_address(obj: dict) -> tuple[str, int] | None:
     return None
 
 
+def host_key_alias(host: str, namespace: str) -> str:
+    """The name ssh keeps a server's (or a replica's: ``<name>-<i>``) host key under, whatever
+    address reaches it (a port-forward, a node that changes): ``<host>.<namespace>.devserver``."""
+    return f"{host}.{namespace}.devserver"
+
+
 def ssh_argv(user: str, host: str, port: int, extra: tuple[str, ...], host_key_alias: str | None) -> list[str]:
     argv = ["ssh", "-p", str(port)]
     if host_key_alias:
@@ -138,16 +144,17 @@ def plan_ssh(settings: Settings, name: str, replica: int | None, user: str,
         if ip:
             candidates.append((ip, SSH_CONTAINER_PORT))
         candidates.append((f"{pod_name}.{name}.{namespace}.svc.cluster.local", SSH_CONTAINER_PORT))
-        alias = f"{pod_name}.{namespace}.devserver"
+        alias = host_key_alias(pod_name, namespace)
     else:
         service = f"{name}-ssh"
         target, remote_port = f"svc/{service}", SSH_SERVICE_PORT
+        alias = host_key_alias(name, namespace)
         direct = direct_address(obj)
         if direct and force != "port-forward":
             # the address the cluster gives it outside (status.ssh): no probe, no kubectl; the host key
             # is known by the server's name (the node, hence the address, may change)
             host, port = direct
-            return SshPlan("direct", host, port, ssh_argv(user, host, port, extra, f"{name}.{namespace}.devserver"),
+            return SshPlan("direct", host, port, ssh_argv(user, host, port, extra, alias),
                            target=target, candidates=[f"{host}:{port}"])
         try:
             svc = api.get_service(namespace, service)
@@ -164,7 +171,6 @@ def plan_ssh(settings: Settings, name: str, replica: int | None, user: str,
             candidates.append(split_endpoint(status["sshEndpoint"]))
         else:
             candidates.append((f"{service}.{namespace}.svc.cluster.local", SSH_SERVICE_PORT))
-        alias = f"{name}.{namespace}.devserver"
 
     labels = [f"{h}:{p}" for h, p in candidates]
     if force != "port-forward":

@@ -83,21 +83,16 @@ def proxy_command(settings: Settings, namespace: str, name: str, replica: int | 
 
 def host_entry(settings: Settings, namespace: str, name: str, user: str, replica: int | None = None,
                direct: tuple[str, int] | None = None) -> list[str]:
+    """A server's (or replica's) Host entry: through ``devctl ssh-proxy``, or with a ``direct``
+    (host, port) straight there; the host key kept by the server's name either way (HostKeyAlias:
+    the node, hence the address, may change)."""
+    from .ssh import host_key_alias
+
     host = name if replica is None else f"{name}-{replica}"
-    alias = f"{host}.{namespace}.devserver"
-    if direct:
-        # the host key is kept by the server's name (HostKeyAlias): the node, hence the address, may change
-        return [f"Host {host} {host}.{namespace}",
-                f"  HostName {direct[0]}",
-                f"  Port {direct[1]}",
-                f"  User {user}",
-                f"  HostKeyAlias {alias}",
-                "  ServerAliveInterval 30"]
-    return [f"Host {host} {host}.{namespace}",
-            f"  HostName {alias}",
-            f"  User {user}",
-            f"  HostKeyAlias {alias}",
-            f"  ProxyCommand {proxy_command(settings, namespace, name, replica)}",
+    alias = host_key_alias(host, namespace)
+    where = [f"  HostName {direct[0]}", f"  Port {direct[1]}"] if direct else [f"  HostName {alias}"]
+    via = [] if direct else [f"  ProxyCommand {proxy_command(settings, namespace, name, replica)}"]
+    return [f"Host {host} {host}.{namespace}", *where, f"  User {user}", f"  HostKeyAlias {alias}", *via,
             "  ServerAliveInterval 30"]
 
 
