@@ -12,6 +12,7 @@
   real control plane and ansible-operator where it can.
 """
 import pytest
+from _support import on_real_tier  # tests/, on pytest's pythonpath
 
 pytest_plugins = ["kubesim.pytest_plugin"]
 
@@ -22,12 +23,6 @@ def pytest_addoption(parser):
     parser.addoption("--on-real-tier", default="", metavar="FILES",
                      help="test files (space-separated) that make test runs on the real tier: run only their "
                           "kubesim_only tests here")
-
-
-def on_real_tier(nodeid: str, files: set[str], kubesim_only: bool) -> bool:
-    """Whether the test ``nodeid`` runs on the real tier instead of here: its file is one of
-    ``files`` and it is not kubesim_only (which the real tier deselects)."""
-    return not kubesim_only and nodeid.split("::", 1)[0] in files
 
 
 def pytest_collection_modifyitems(config, items):

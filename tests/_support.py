@@ -17,6 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
 
+def on_real_tier(nodeid: str, files: set[str], kubesim_only: bool) -> bool:
+    """Whether the test ``nodeid`` runs on the real tier instead of here (the root conftest's
+    ``--on-real-tier``): its file is one of ``files`` and it is not kubesim_only (which the real
+    tier deselects)."""
+    return not kubesim_only and nodeid.split("::", 1)[0] in files
+
+
 def tool(name: str) -> str:
     """The path of a command ``make setup`` installs into the virtualenv (kubectl, yamllint,
     devctl, ansible-playbook, ...); fails the test when it is missing."""

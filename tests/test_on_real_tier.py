@@ -1,18 +1,13 @@
 """make test's --on-real-tier (conftest.py): the tests of REAL_E2E's modules run once, on the
 real tier, except the kubesim_only ones, which only kubesim can run."""
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _support import on_real_tier
 
 ROOT = Path(__file__).resolve().parents[1]
-# the repository's conftest.py by its path ("conftest" may name another directory's under xdist)
-_spec = importlib.util.spec_from_file_location("torchdev_root_conftest", ROOT / "conftest.py")
-_root_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_root_conftest)
-on_real_tier = _root_conftest.on_real_tier
 FILES = {"tests/e2e/test_usage_e2e.py", "tests/devuser/test_devuser_e2e.py"}
 
 
