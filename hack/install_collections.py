@@ -12,6 +12,10 @@ symlink ``collections/ansible_collections/torchdev/operator`` -> the repository 
 ansible-playbook, ansible-doc, ansible-lint, molecule, the local runtime and the tests
 resolve ``torchdev.operator.*`` to the files being edited.
 
+The wheel is downloaded once, into .cache/wheels, and read from there afterwards: the image's
+HOME that the real tier lays out (hack/image.py) installs the collections again, in a network
+namespace without a route out when make test runs it beside pytest (hack/isolate.py).
+
 Usage: install_collections.py [--dest collections] [--requirements requirements.yml] [--no-link]
 (--no-link: only the pinned collections, e.g. into the image's ~/.ansible/collections, hack/image.py)
 """
@@ -30,6 +34,21 @@ import yaml
 
 # The community package whose wheel carries the pinned collection versions.
 ANSIBLE_WHEEL = "ansible==12.3.0"
+WHEELS = pathlib.Path(__file__).resolve().parents[1] / ".cache" / "wheels"
+
+
+def ansible_wheel() -> pathlib.Path:
+    """The pinned ansible wheel in WHEELS, downloaded there first if it is not."""
+    version = ANSIBLE_WHEEL.split("==")[1]
+    found = sorted(WHEELS.glob(f"ansible-{version}-*.whl"))
+    if found:
+        return found[0]
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WHEELS) as tmp:  # whole or not at all
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--only-binary=:all:", ANSIBLE_WHEEL, "-d", tmp], check=True)
+        wheel = next(pathlib.Path(tmp).glob(f"ansible-{version}-*.whl"))
+        return wheel.rename(WHEELS / wheel.name)
 
 
 def installed_version(dest: pathlib.Path, fqcn: str) -> str | None:
@@ -73,29 +92,23 @@ def main() -> int:
     missing = {n: v for n, v in wanted.items() if installed_version(dest, n) != v}
     if not missing:
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-             "--only-binary=:all:", ANSIBLE_WHEEL, "-d", tmp],
-            check=True,
-        )
-        wheel = next(pathlib.Path(tmp).glob("ansible-*.whl"))
-        with zipfile.ZipFile(wheel) as zf:
-            for fqcn, version in missing.items():
-                ns, name = fqcn.split(".")
-                prefix = f"ansible_collections/{ns}/{name}/"
-                manifest = json.loads(zf.read(prefix + "MANIFEST.json"))
-                got = manifest["collection_info"]["version"]
-                if got != version:
-                    print(f"error: {wheel.name} carries {fqcn} {got}, requirements.yml pins {version}",
-                          file=sys.stderr)
-                    return 1
-                target = dest / "ansible_collections" / ns / name
-                shutil.rmtree(target, ignore_errors=True)
-                for member in zf.namelist():
-                    if member.startswith(prefix) and not member.endswith("/"):
-                        zf.extract(member, dest)
-                print(f"installed {fqcn} {version} into {target}")
+    wheel = ansible_wheel()
+    with zipfile.ZipFile(wheel) as zf:
+        for fqcn, version in missing.items():
+            ns, name = fqcn.split(".")
+            prefix = f"ansible_collections/{ns}/{name}/"
+            manifest = json.loads(zf.read(prefix + "MANIFEST.json"))
+            got = manifest["collection_info"]["version"]
+            if got != version:
+                print(f"error: {wheel.name} carries {fqcn} {got}, requirements.yml pins {version}",
+                      file=sys.stderr)
+                return 1
+            target = dest / "ansible_collections" / ns / name
+            shutil.rmtree(target, ignore_errors=True)
+            for member in zf.namelist():
+                if member.startswith(prefix) and not member.endswith("/"):
+                    zf.extract(member, dest)
+            print(f"installed {fqcn} {version} into {target}")
     return 0
 
 

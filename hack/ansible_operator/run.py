@@ -16,8 +16,10 @@
   is off and the health and metrics ports are free loopback ports. The proxy port stays 8888:
   v1.39.0 hands ansible-runner a kubeconfig naming http://localhost:8888 whatever --proxy-port
   says (internal/ansible/controller/reconcile.go: `kubeconfig.Create(ownerRef,
-  "http://localhost:8888", ...)`), so one real ansible-operator runs on a machine at a time:
-  `AnsibleOperator.start` waits for PROXY_LOCK (an flock) before it starts one.
+  "http://localhost:8888", ...)`), so one real ansible-operator runs in a network namespace at a
+  time: `AnsibleOperator.start` waits for PROXY_LOCK (an flock under TMPDIR) before it starts
+  one. hack/isolate.py gives a command a namespace, a /tmp/ansible-operator and a TMPDIR of its
+  own (make test runs two real tiers beside pytest so).
 * The identity: the operator's own ServiceAccount, never the admin. `operator_identity` applies
   config/default's Namespace, ServiceAccount and RBAC objects (kustomize, as `make deploy`
   renders them; not the Deployment) with the admin kubeconfig, asks the API server for a token
@@ -26,7 +28,7 @@
 
 One difference from a pod: ansible-operator writes its runner input under the fixed
 /tmp/ansible-operator/runner/<group>/<version>/<kind>/<namespace>/<name> (runner.go), shared by
-the operators of one machine; tests give their objects unique names.
+the operators of one mount namespace; tests give their objects unique names.
 """
 from __future__ import annotations
 
@@ -163,16 +165,19 @@ def operator_identity(admin_kubeconfig: pathlib.Path, out: pathlib.Path, duratio
 def reap_orphans() -> list[int]:
     """Stop the ansible-operators of this checkout left running by a process that died holding
     PROXY_LOCK (killed without its teardown): the lock is ours now, so no live owner has one, and
-    an orphan would keep port 8888. Returns their pids."""
+    an orphan would keep port 8888. Only those of this network namespace: another's (hack/isolate.py)
+    has a port 8888 and a PROXY_LOCK of its own. Returns their pids."""
     pids = []
+    here = os.readlink("/proc/self/ns/net")
     for proc in pathlib.Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             exe = os.readlink(proc / "exe")
+            net = os.readlink(proc / "ns" / "net")
         except OSError:
             continue
-        if exe == str(BIN):
+        if exe == str(BIN) and net == here:
             pids.append(int(proc.name))
             try:
                 os.kill(int(proc.name), 9)

@@ -73,7 +73,10 @@ def module_dir() -> pathlib.Path:
 
 
 def host_ip() -> str | None:
-    """This machine's first non-loopback IPv4 address (where the route to the outside starts), or None."""
+    """This machine's first non-loopback IPv4 address (where the route to the outside starts), or None;
+    TORCHDEV_HOST_IP names it instead (hack/isolate.py: a network namespace's own address)."""
+    if os.environ.get("TORCHDEV_HOST_IP"):
+        return os.environ["TORCHDEV_HOST_IP"]
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect(("198.51.100.1", 9))  # TEST-NET-2; no packet is sent: only the route is looked up
