@@ -257,7 +257,7 @@ def start_kubesim(workdir: pathlib.Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "kubesim", "--port", "0",
                              "--kubeconfig", str(kubeconfig), "--nodes", NODES],
                             stdout=open(workdir / "kubesim.log", "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 20
     while not kubeconfig.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -295,7 +295,8 @@ def start_exporter(workdir: pathlib.Path, port: int, env: dict[str, str]) -> sub
     return subprocess.Popen([str(BIN / "torchdev-exporter"), "--kubeconfig", env["KUBECONFIG"],
                              "--address", "127.0.0.1", "--insecure-loopback", "--port", str(port)],
                             env=env, stdout=open(workdir / "exporter.log", "w"),
-                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+                            stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 def stop(proc: subprocess.Popen | None, name: str) -> None:
@@ -385,7 +386,8 @@ def start_operator(workdir: pathlib.Path, namespace: str | None, metrics_port: i
                              "--metrics-bind-address", f"127.0.0.1:{metrics_port}"]
                             + (["--namespace", namespace] if namespace else []),
                             env=env, stdout=open(workdir / "operator.log", "w"),
-                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+                            stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 class RealOperator:
