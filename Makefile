@@ -39,7 +39,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # cores shorten the run; 1 runs the files one after another.
 TEST_WORKERS ?= 4
 
-.PHONY: help setup deps demo test soak cluster-build cluster cluster-down molecule lint checkov run install uninstall deploy undeploy bench docker-build docker-build-devserver clean \
+.PHONY: help setup deps demo playground playground-down playground-status test soak cluster-build cluster cluster-down molecule lint checkov run install uninstall deploy undeploy bench docker-build docker-build-devserver clean \
 	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
@@ -57,6 +57,18 @@ setup: $(STAMP) ## Install everything into .venv/ (idempotent; quick when done)
 # CLUSTER=real: the real control plane and ansible-operator of the test tier (built first).
 demo: setup $(if $(filter real,$(CLUSTER)),cluster-build operator-build $(IMAGE_STAMP)) ## The demo on kubesim: CRDs, operator, a DevServer to Ready (a real $KUBECONFIG: asks first; DEMO_ARGS=--yes|--keep; CLUSTER=real: on the real control plane and ansible-operator)
 	$(BIN)/python -m hack.demo $(if $(CLUSTER),--cluster $(CLUSTER)) $(DEMO_ARGS)
+
+# The playground (hack/playground.py): kubesim, the operator (watches.yaml) and the exporter left running in the
+# background, the DevUser demo onboarded; state, kubeconfig, devctl config and logs in .cache/playground. kubesim
+# only: CLUSTER=real is refused with what to run instead (make cluster, make run).
+playground: setup ## Keep kubesim, the operator and the exporter running in the background with a demo user; prints the export KUBECONFIG= line and what to try (again: says it runs)
+	@$(BIN)/python -m hack.playground up $(if $(CLUSTER),--cluster $(CLUSTER))
+
+playground-down: ## Stop exactly what make playground started (pids checked against their command lines); again: a no-op
+	@$(BIN)/python -m hack.playground down
+
+playground-status: ## What the playground runs, its kubeconfig and export line (as JSON: .venv/bin/python -m hack.playground status -o json)
+	@$(BIN)/python -m hack.playground status
 
 deps: ## The Debian packages some tests run (openssh-server, prometheus): installed as root with apt, else one line naming the command
 	@bash hack/deps.sh

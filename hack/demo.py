@@ -257,7 +257,7 @@ def start_kubesim(workdir: pathlib.Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "kubesim", "--port", "0",
                              "--kubeconfig", str(kubeconfig), "--nodes", NODES],
                             stdout=open(workdir / "kubesim.log", "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 20
     while not kubeconfig.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -265,6 +265,38 @@ def start_kubesim(workdir: pathlib.Path) -> tuple[subprocess.Popen, str]:
             raise SystemExit("error: kubesim did not start")
         time.sleep(0.05)
     return proc, str(kubeconfig)
+
+
+def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the demo's (and the playground's) children: ansible.cfg, and this
+    virtualenv's bin first on PATH (kubectl, devctl, torchdev-runtime, torchdev-exporter)."""
+    env = dict(os.environ if base is None else base)
+    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def install_crds(env: dict[str, str], quiet: bool = False) -> None:
+    """torchdev's CRDs (config/crd, server-side apply), waited for until Established."""
+    kubectl("apply", "--server-side", "-k", str(ROOT / "config" / "crd"), env=env, quiet=quiet)
+    kubectl("wait", "--for=condition=Established", "--timeout=30s", *(f"crd/{n}" for n in crds()), env=env,
+            quiet=quiet)
+
+
+def apply_sample_flavors(env: dict[str, str], quiet: bool = False) -> None:
+    """The sample DevServerFlavors of config/samples."""
+    for path in flavor_files().values():
+        kubectl("apply", "--server-side", "-f", str(path), env=env, quiet=quiet)
+
+
+def start_exporter(workdir: pathlib.Path, port: int, env: dict[str, str]) -> subprocess.Popen:
+    """torchdev-exporter on 127.0.0.1:``port``, plain HTTP (--insecure-loopback), its log in
+    ``workdir``/exporter.log, in a session of its own."""
+    return subprocess.Popen([str(BIN / "torchdev-exporter"), "--kubeconfig", env["KUBECONFIG"],
+                             "--address", "127.0.0.1", "--insecure-loopback", "--port", str(port)],
+                            env=env, stdout=open(workdir / "exporter.log", "w"),
+                            stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 def stop(proc: subprocess.Popen | None, name: str) -> None:
@@ -354,7 +386,8 @@ def start_operator(workdir: pathlib.Path, namespace: str | None, metrics_port: i
                              "--metrics-bind-address", f"127.0.0.1:{metrics_port}"]
                             + (["--namespace", namespace] if namespace else []),
                             env=env, stdout=open(workdir / "operator.log", "w"),
-                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+                            stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 class RealOperator:
@@ -373,9 +406,7 @@ class RealOperator:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    env = dict(os.environ)
-    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env = tool_env()
     workdir = args.workdir.resolve()
     env.setdefault("DEVCTL_CONFIG", str(workdir / "devctl.yaml"))
     shutil.rmtree(workdir, ignore_errors=True)
@@ -420,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             install(plan, created, workdir, env)
         else:
             step("Installing the CRDs")
-            kubectl("apply", "--server-side", "-k", str(ROOT / "config" / "crd"), env=env)
-            kubectl("wait", "--for=condition=Established", "--timeout=30s", *(f"crd/{n}" for n in crds()), env=env)
+            install_crds(env)
 
         if stack:
             step("Starting the real ansible-operator (the image's Python, watches.yaml -> roles/, its own "
@@ -439,17 +469,13 @@ def main(argv: list[str] | None = None) -> int:
 
         metrics_port = free_port()
         step(f"Starting the metrics exporter (torchdev-exporter, http://127.0.0.1:{metrics_port}/metrics)")
-        exporter = subprocess.Popen([str(BIN / "torchdev-exporter"), "--kubeconfig", env["KUBECONFIG"],
-                                     "--address", "127.0.0.1", "--insecure-loopback", "--port", str(metrics_port)],
-                                    env=env, stdout=open(workdir / "exporter.log", "w"),
-                                    stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        exporter = start_exporter(workdir, metrics_port, env)
 
         if plan:
             step("Creating a namespace of the demo's own")
         else:
             step("Creating the sample flavors and a namespace for the user")
-            for path in flavor_files().values():
-                kubectl("apply", "--server-side", "-f", str(path), env=env)
+            apply_sample_flavors(env)
         kubectl("create", "namespace", namespace, env=env)
         if created:
             created.namespace = namespace
