@@ -24,7 +24,7 @@ from .context import kube_options, pass_settings
 from .devserver import _stdin_is_tty, read_ssh_keys
 from .errors import ApiError, DevctlError, NotFound, left_in_place
 from .output import (DURATION, LIST_FORMATS, age, info, output_option, print_object, print_objects,
-                     print_table, selector_option, truncate)
+                     print_table, selector_option)
 
 KIND = "DevUser"
 RESOURCE = f"devuser.{GROUP}"
@@ -410,7 +410,7 @@ def users(settings: Settings, selector: str | None, output: str) -> None:
     rows = []
     for o in items:
         spec, status = o.get("spec") or {}, o.get("status") or {}
-        rows.append([o["metadata"]["name"], truncate(spec.get("email", ""), 40), user_namespace(o),
+        rows.append([o["metadata"]["name"], " ".join(str(spec.get("email") or "").split()), user_namespace(o),
                      gpu_quota(o), status.get("queueName") or "-", status.get("phase") or "Pending",
                      age(o["metadata"].get("creationTimestamp"))]
                     + ([status.get("clusterQueue") or "-", (spec.get("quota") or {}).get("priorityClass") or "-",

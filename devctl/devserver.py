@@ -19,7 +19,7 @@ from . import completion as complete
 from .config import DNS1123_SUBDOMAIN_RE, EMAIL_RE, Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
-from .output import (DURATION, LIST_FORMATS, age, info, output_option, parse_time, print_object,
+from .output import (DURATION, LIST_FORMATS, age, human_size, info, output_option, parse_time, print_object,
                      print_objects, print_table, selector_option, truncate, warn)
 from . import wait as waiting
 
@@ -226,7 +226,7 @@ def home_pvcs(api, namespace: str, name: str) -> list[dict]:
 def pvc_size(pvc: dict) -> str:
     capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
     requested = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
-    return str(capacity or requested or "?")
+    return human_size(capacity or requested) if (capacity or requested) else "?"
 
 
 # -- create ---------------------------------------------------------------------------

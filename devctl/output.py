@@ -217,6 +217,29 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty:
     click.echo(format_table(headers, rows))
 
 
+_BINARY_UNITS = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def human_size(value: Any) -> str:
+    """A memory or storage quantity in binary units, as people read them: 34359738368 -> 32Gi,
+    1536Mi -> 1.5Gi, 2Ti -> 2Ti (one decimal at most); what is not a quantity, as it is."""
+    from ansible_collections.torchdev.operator.plugins.module_utils.quantity import parse_quantity  # lazy
+
+    try:
+        amount = parse_quantity(value)
+    except (ValueError, ArithmeticError):
+        return str(value)
+    if amount < 1024:
+        return f"{amount.normalize():f}"
+    unit = ""
+    for unit in _BINARY_UNITS:
+        amount /= 1024
+        if amount < 1024:
+            break
+    text = f"{amount:.1f}".removesuffix(".0")
+    return text + unit
+
+
 def truncate(text: Any, width: int) -> str:
     text = " ".join(str(text or "").split())
     return text if len(text) <= width else text[: max(width - 3, 0)] + "..."

@@ -18,7 +18,7 @@ from .config import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, NotFound
 from .flavor import gpu_count
-from .output import info, output_option, print_object, format_table, warn
+from .output import format_table, human_size, info, output_option, print_object, warn
 from .whoami import DEFAULT_QUEUE, find_devuser
 
 RESOURCE_QUOTA = "torchdev-quota"
@@ -139,8 +139,10 @@ def quota_report(api, *, namespace: str, devuser: dict | None) -> dict[str, Any]
     return report
 
 
-def _cell(pair: dict) -> str:
-    return f"{pair['used']}/{pair['limit'] if pair['limit'] is not None else '-'}"
+def _cell(pair: dict, size: bool = False) -> str:
+    """used/limit; memory and storage in binary units (human_size)."""
+    show = human_size if size else str
+    return f"{show(pair['used'])}/{show(pair['limit']) if pair['limit'] is not None else '-'}"
 
 
 @click.command("quota")
@@ -168,12 +170,13 @@ def quota(settings: Settings, user: str | None, output: str) -> None:
     info(where)
     if report["flavors"]:
         click.echo(format_table(["FLAVOR", "GPUS", "CPU", "MEMORY"],
-                                [[r["flavor"], _cell(r["gpus"]), _cell(r["cpu"]), _cell(r["memory"])]
+                                [[r["flavor"], _cell(r["gpus"]), _cell(r["cpu"]), _cell(r["memory"], size=True)]
                                  for r in report["flavors"]]))
     else:
         info("no flavor quota found")
     if report["namespaceQuota"]:
         click.echo()
         click.echo(format_table(["RESOURCE", "USED", "LIMIT"],
-                                [[key, pair["used"], pair["limit"]]
+                                [[key, *((human_size(v) if key == "storage" and v is not None else v)
+                                         for v in (pair["used"], pair["limit"]))]
                                  for key, pair in report["namespaceQuota"].items()]))

@@ -116,6 +116,26 @@ def test_property_description_starts_with_name(kind, path, name, schema):
         f"{kind} {path}: description must start with {name!r}: {desc[:60]!r}"
 
 
+def _descriptions(node, path=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                yield path, value
+            else:
+                yield from _descriptions(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _descriptions(value, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("kind", CRDS)
+def test_descriptions_have_no_hard_line_breaks(kind):
+    # kubectl explain wraps a description itself: a line break is kept only before a list item
+    broken = [f"{path}: {line[:60]!r}" for path, desc in _descriptions(CRDS[kind])
+              for line in desc.split("\n")[1:] if not line.startswith("- ")]
+    assert not broken, f"{kind}: descriptions with hard line breaks (write them as '>-' blocks):\n" + "\n".join(broken)
+
+
 @pytest.mark.parametrize("kind", CRDS)
 def test_root_metadata_is_bare_object(kind):
     # the apiserver forbids anything but restrictions on name/generateName (even a description)
@@ -222,8 +242,10 @@ def test_devserver_names_and_columns():
     assert v["served"] and v["storage"] and v["subresources"] == {"status": {}}
     cols = {c["name"]: c for c in v["additionalPrinterColumns"]}
     assert [c["name"] for c in v["additionalPrinterColumns"] if not c.get("priority")] == \
-        ["Flavor", "Mode", "Phase", "Ready", "Age"]
+        ["Flavor", "Mode", "Phase", "Ready", "Expires", "Age"]
     assert cols["Ready"]["jsonPath"] == ".status.ready"
+    # a string: the API server prints a date column in the future as "<invalid>"
+    assert cols["Expires"]["type"] == "string" and cols["Expires"]["jsonPath"] == ".status.reservation.expiresAt"
     assert cols["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 

@@ -378,6 +378,15 @@ def test_users_lists_devusers(admin, users):
     assert f"dev-{name}" in row and "8 (gpu-h100-8=16)" in row and "Active" in row
 
 
+def test_users_shows_long_emails_whole(admin, users):
+    name = unique("ursula")
+    email = f"{name}.maximiliane.von-und-zu-lang@research.example-university.edu"  # over 40 characters
+    users.create(name, email)
+    users.ready(name, kueue=False)
+    row = next(r for r in admin("users").stdout.splitlines() if r.startswith(name + " "))
+    assert row.split()[1] == email
+
+
 @pytest.mark.parametrize("args", [("onboard", "bob", "--email", "bob@example.com"), ("users",),
                                   ("offboard", "bob", "--yes")], ids=["onboard", "users", "offboard"])
 def test_a_user_without_devuser_rights_is_told_to_ask_a_cluster_admin(sim, users, tmp_path, args):

@@ -103,6 +103,22 @@ def test_quota_devuser_without_kueue_reads_the_resource_quota(devctl, users, ns)
     assert report["flavors"][0]["flavor"] == "*" and report["flavors"][0]["gpus"] == {"used": "0", "limit": "2"}
 
 
+def test_quota_table_shows_memory_and_storage_in_binary_units(devctl, users, ns):
+    name = ns[len("dev-"):]
+    users.create(name, f"{name}@example.com")
+    users.ready(name, kueue=False)
+    users.resource_quota(ns, {**HARD, "requests.nvidia.com/gpu": "2", "requests.cpu": "64", "requests.memory": "256Gi",
+                              "requests.storage": "2199023255552"},
+                         {**USED, "requests.nvidia.com/gpu": "1", "requests.cpu": "8", "requests.memory": "34359738368",
+                          "requests.storage": "1536Mi"})
+    lines = [line.split() for line in devctl("quota").stdout.splitlines()]
+    assert ["*", "1/2", "8/64", "32Gi/256Gi"] in lines, lines
+    assert ["storage", "1.5Gi", "2Ti"] in lines, lines
+    report = as_json(devctl("quota", "-o", "json"))  # data stays as the API server wrote it
+    assert report["flavors"][0]["memory"] == {"used": "34359738368", "limit": "256Gi"}
+    assert report["namespaceQuota"]["storage"] == {"used": "1536Mi", "limit": "2199023255552"}
+
+
 def test_quota_of_a_plain_user_shows_usage_and_says_limits_are_unknown(users, user, ns, sim, tmp_path):
     """config/rbac devserver-user: the LocalQueue and ResourceQuota, not the cluster-scoped
     DevUser and ClusterQueue."""
