@@ -73,31 +73,17 @@ playground-status: ## What the playground runs, its kubeconfig and export line (
 deps: ## The Debian packages some tests run (openssh-server, prometheus): installed as root with apt, else one line naming the command
 	@bash hack/deps.sh
 
-# The real tier's e2e modules (make test-real) run beside pytest in two groups, REAL_E2E and
-# REAL_E2E_2, each in a network namespace of its own (hack/isolate.py: v1.39.0's fixed ports and
-# /tmp/ansible-operator; root only), else after pytest, one group after the other; then molecule,
-# lint and checkov. Their output is in .cache/test-real-N.log, printed at the end; each result
-# counts. pytest runs only the kubesim_only tests of those modules (--on-real-tier): each of their
-# other tests runs once, on the real tier (plain pytest, make test-real-kubesim: all on kubesim).
-test: deps setup $(S3_STAMP) cluster-build ## Run every test: pytest (unit, kubesim, CLI, e2e, the real control plane's tests/real, small reliability runs; TEST_WORKERS files at a time) beside the e2e modules of REAL_E2E and REAL_E2E_2 on the real tier, then molecule, lint and checkov
-	@mkdir -p .cache; rm -f .cache/test-real-*.rc .cache/test-real-*.log; ns=$$(mktemp -d -t torchdev-test-real-XXXXXX); \
-	  real() { groups="$$groups $$1"; ( $$2 $(MAKE) --no-print-directory test-real REAL_E2E="$$3" REAL_E2E_2= \
-	    > .cache/test-real-$$1.log 2>&1; \
-	    echo $$? > .cache/test-real-$$1.rc ) & }; \
-	  groups=; beside=0; if $(BIN)/python -m hack.isolate --check; then beside=1; \
-	    echo "make test-real beside pytest: two groups, each in a network namespace of its own (no route out:"; \
-	    echo "  the image's HOME is laid out once first, which fetches what its RUN lines install)"; \
-	    $(BIN)/python -m hack.image --venv $(IMAGE_VENV) --home $$ns/home >/dev/null || exit 1; \
-	    real 1 "$(BIN)/python -m hack.isolate $$ns/1 --" "$(REAL_E2E)"; \
-	    real 2 "$(BIN)/python -m hack.isolate $$ns/2 --" "$(REAL_E2E_2)"; fi; \
-	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak" --durations=25 \
-	    --on-real-tier "$(REAL_E2E) $(REAL_E2E_2)"; rc=$$?; \
-	  if test $$beside = 0; then echo "make test-real after pytest (no namespaces here)"; \
-	    real 1 "" "$(REAL_E2E) $(REAL_E2E_2)"; fi; \
-	  test $$rc -eq 0 && $(MAKE) --no-print-directory molecule && $(MAKE) --no-print-directory lint \
-	    && $(MAKE) --no-print-directory checkov; rc=$$?; \
-	  wait; rm -rf $$ns; for n in $$groups; do echo "--- make test-real (.cache/test-real-$$n.log)"; \
-	    cat .cache/test-real-$$n.log; test "$$(cat .cache/test-real-$$n.rc)" = 0 || rc=1; done; test $$rc -eq 0
+# After pytest, the real tier's e2e modules (make test-real, its output in .cache/test-real.log,
+# printed at the end) run beside molecule, lint and checkov; each result counts.  pytest runs only
+# the kubesim_only tests of REAL_E2E's modules (--on-real-tier): each of their other tests runs
+# once, on the real tier (plain pytest, make test-real-kubesim: all of them on kubesim).
+test: deps setup $(S3_STAMP) cluster-build ## Run every test: pytest (unit, kubesim, CLI, e2e, the real control plane's tests/real, small reliability runs; TEST_WORKERS files at a time), then the e2e modules of REAL_E2E on the real tier beside molecule, lint and checkov
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak" --durations=25 --on-real-tier "$(REAL_E2E)"
+	@mkdir -p .cache; rm -f .cache/test-real.rc; \
+	  ( $(MAKE) --no-print-directory test-real > .cache/test-real.log 2>&1; echo $$? > .cache/test-real.rc ) & \
+	  $(MAKE) --no-print-directory molecule && $(MAKE) --no-print-directory lint && $(MAKE) --no-print-directory checkov; \
+	  rc=$$?; wait; echo "--- make test-real (.cache/test-real.log)"; cat .cache/test-real.log; \
+	  test $$rc -eq 0 && test "$$(cat .cache/test-real.rc)" = 0
 
 # The real control plane of tests/real (issue 26): kube-apiserver, kube-controller-manager and
 # kube-scheduler from k8s.io/kubernetes, an embedded etcd (hack/cluster/go.mod pins them) and kwok,
@@ -222,34 +208,33 @@ test: $(IMAGE_STAMP)
 
 # The end-to-end modules on the real tier (issue 26.4; tests/_real_tier.py): the same tests as on
 # kubesim, against the real control plane, Kueue and ansible-operator (its own ServiceAccount and
-# config/rbac). One file at a time: v1.39.0's proxy port is fixed, so one operator runs at a time
-# in a network namespace.
+# config/rbac). One file at a time: v1.39.0's proxy port is fixed, so one operator runs at a time in a
+# network namespace (python -m hack.isolate DIR -- make test-real runs one beside another).
 BURST ?= 50
 REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_distributed_e2e.py tests/e2e/test_onboarding_e2e.py \
 	tests/e2e/test_usage_e2e.py tests/e2e/test_eaj_e2e.py tests/devuser/test_devuser_e2e.py \
 	tests/e2e/test_pod_refused_e2e.py tests/e2e/test_home_resize_e2e.py tests/e2e/test_job_pod_refused_e2e.py
-# The second group of make test's real step (beside the first, in its own network namespace).
-REAL_E2E_2 ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.py
 # Pass on the real tier too, left out of make test to keep it inside CI's 90 minutes (real-time
-# waits: the Kueue modules 13 tests in about 22 minutes, lifecycle with
+# waits: lifecycle + TrainingJob 15 passed in 939 s; the Kueue modules 13 tests in about 22 minutes, lifecycle with
 # Kueue and the seed examples 4 in about 10 minutes, TrainingJob with Kueue (preemption included) 4 in about 4 minutes,
 # a queued server's new shape 2 in 229 s):
 # make test-real-all runs them as well.
-REAL_E2E_SLOW ?= tests/e2e/test_kueue_e2e.py tests/e2e/test_eaj_kueue_e2e.py tests/devuser/test_devuser_kueue_e2e.py \
+REAL_E2E_SLOW ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.py \
+	tests/e2e/test_kueue_e2e.py tests/e2e/test_eaj_kueue_e2e.py tests/devuser/test_devuser_kueue_e2e.py \
 	tests/e2e/test_lifecycle_kueue_e2e.py tests/e2e/test_trainingjob_kueue_e2e.py tests/e2e/test_kueue_reshape_e2e.py \
 	tests/e2e/test_devserver_preemption_e2e.py tests/e2e/test_seed_examples_e2e.py \
 	tests/e2e/test_ssh_service_type_e2e.py
 .PHONY: test-real
-test-real: setup cluster-build operator-build kueue-build $(IMAGE_STAMP) ## The e2e modules of REAL_E2E and REAL_E2E_2 on the real control plane, Kueue and ansible-operator (TORCHDEV_E2E_TIER=real)
-	TORCHDEV_E2E_TIER=real $(BIN)/python -m pytest -q -p no:xdist -m "not soak and not kubesim_only" $(REAL_E2E) $(REAL_E2E_2)
+test-real: setup cluster-build operator-build kueue-build $(IMAGE_STAMP) ## The e2e modules of REAL_E2E on the real control plane, Kueue and ansible-operator (TORCHDEV_E2E_TIER=real)
+	TORCHDEV_E2E_TIER=real $(BIN)/python -m pytest -q -p no:xdist -m "not soak and not kubesim_only" $(REAL_E2E)
 
 .PHONY: test-real-kubesim
-test-real-kubesim: setup ## The e2e modules of REAL_E2E and REAL_E2E_2 on kubesim and the local runtime (what make test runs on the real tier instead)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak" $(REAL_E2E) $(REAL_E2E_2)
+test-real-kubesim: setup ## The e2e modules of REAL_E2E on kubesim and the local runtime (what make test runs on the real tier instead)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not soak" $(REAL_E2E)
 
 .PHONY: test-real-all
-test-real-all: ## make test-real with REAL_E2E_2 and REAL_E2E_SLOW too (lifecycle, TrainingJob, the Kueue modules, the seed examples)
-	$(MAKE) --no-print-directory test-real REAL_E2E="$(REAL_E2E) $(REAL_E2E_2) $(REAL_E2E_SLOW)" REAL_E2E_2=
+test-real-all: ## make test-real with REAL_E2E_SLOW too (lifecycle, TrainingJob)
+	$(MAKE) --no-print-directory test-real REAL_E2E="$(REAL_E2E) $(REAL_E2E_SLOW)"
 
 $(CHECKOV_STAMP): requirements-checkov.txt
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)

@@ -14,7 +14,7 @@ resolve ``torchdev.operator.*`` to the files being edited.
 
 The wheel is downloaded once, into .cache/wheels, and read from there afterwards: the image's
 HOME that the real tier lays out (hack/image.py) installs the collections again, in a network
-namespace without a route out when make test runs it beside pytest (hack/isolate.py).
+namespace without a route out when a real tier runs in one (hack/isolate.py).
 
 Usage: install_collections.py [--dest collections] [--requirements requirements.yml] [--no-link]
 (--no-link: only the pinned collections, e.g. into the image's ~/.ansible/collections, hack/image.py)

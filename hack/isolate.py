@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Run a command with a loopback and a /tmp of the real tier's own, so that real tiers run side
-by side on one machine (make test starts its real step beside pytest this way).
+by side on one machine: `python -m hack.isolate DIR -- make test-real` runs a real tier beside
+another one, or beside tests/real (on 2 cores not beside make test's pytest: README, "The real
+control plane").
 
     python -m hack.isolate DIR -- COMMAND [ARG...]
     python -m hack.isolate --check       # exit 0 when this machine allows it (root, namespaces)
@@ -19,8 +21,8 @@ What one real tier holds for the whole machine, and what this gives the command 
   HOST_IP on lo:1, named by TORCHDEV_HOST_IP.
 
 Linux only, as root (CAP_SYS_ADMIN): unshare(2) through libc, mount(2), the SIOCSIFFLAGS ioctl.
-`--check` tries it in a child process; the Makefile falls back to running the real tier after
-pytest, alone, where it fails.
+`--check` tries it in a child process. A command in the namespace has no route out: lay out the
+image's HOME first (python -m hack.image), which fetches what the Dockerfile's RUN lines install.
 """
 from __future__ import annotations
 

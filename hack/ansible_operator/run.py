@@ -19,7 +19,7 @@
   "http://localhost:8888", ...)`), so one real ansible-operator runs in a network namespace at a
   time: `AnsibleOperator.start` waits for PROXY_LOCK (an flock under TMPDIR) before it starts
   one. hack/isolate.py gives a command a namespace, a /tmp/ansible-operator and a TMPDIR of its
-  own (make test runs two real tiers beside pytest so).
+  own, so that real tiers run side by side.
 * The identity: the operator's own ServiceAccount, never the admin. `operator_identity` applies
   config/default's Namespace, ServiceAccount and RBAC objects (kustomize, as `make deploy`
   renders them; not the Deployment) with the admin kubeconfig, asks the API server for a token
