@@ -62,15 +62,17 @@ def _check(rc: int, what: str) -> None:
         raise OSError(err, "%s: %s" % (what, os.strerror(err)))
 
 
+def _up(s: socket.socket, name: bytes) -> None:
+    flags = struct.unpack("16sH14x", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH14x", name, 0)))[1]
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", name, flags | IFF_UP))
+
+
 def _loopback_up() -> None:
     """lo up, and HOST_IP on lo:1 (ifconfig's ioctls: no iproute2 needed)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for name in (b"lo", b"lo:1"):
-            if name == b"lo:1":
-                fcntl.ioctl(s, SIOCSIFADDR, struct.pack("16sHH4s8x", name, socket.AF_INET, 0,
-                                                        socket.inet_aton(HOST_IP)))
-            flags = struct.unpack("16sH14x", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH14x", name, 0)))[1]
-            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", name, flags | IFF_UP))
+        _up(s, b"lo")
+        fcntl.ioctl(s, SIOCSIFADDR, struct.pack("16sHH4s8x", b"lo:1", socket.AF_INET, 0, socket.inet_aton(HOST_IP)))
+        _up(s, b"lo:1")
 
 
 def enter(directory: pathlib.Path) -> dict[str, str]:
@@ -112,7 +114,12 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m hack.isolate DIR -- COMMAND [ARG...] | --check", file=sys.stderr)
         return 2
-    env = enter(pathlib.Path(argv[0]))
+    try:
+        env = enter(pathlib.Path(argv[0]))
+    except OSError as exc:
+        print("error: cannot give %s a network namespace of its own (%s): run as root, or run it without "
+              "hack.isolate, one real tier at a time" % (argv[2], exc), file=sys.stderr)
+        return 1
     os.execvpe(argv[2], argv[2:], env)
     return 127  # not reached
 
