@@ -80,6 +80,33 @@ def reconcile_again(sim, runtime, ns, name, times=2, kind="DevServer") -> None:
     assert runtime.wait_idle(120)
 
 
+READ_VERBS = ("get", "list", "watch")
+
+
+def assert_unchanged_reconcile_writes_nothing(sim, runtime, ns, name, kind="DevServer", attempts=3) -> None:
+    """One more reconcile of a settled object sends no write request.
+
+    The world must hold still for "unchanged" to mean anything: on the real tier the cluster's
+    own machinery (the StatefulSet controller, kwok, Kueue) may still be changing an object in
+    `ns` when the window opens, and the operator then rightly writes what changed. Such a window
+    is measured again (up to `attempts`); a write in a window where the machinery wrote nothing
+    in `ns` fails at once, naming the requests. kubesim's controllers write no request log, so
+    there every window counts."""
+    for _ in range(attempts):
+        assert runtime.wait_idle(180)
+        sim.reset_metrics()
+        reconcile_again(sim, runtime, ns, name, times=1, kind=kind)
+        writes = [r for r in sim.requests() if r["verb"] not in READ_VERBS]
+        if not writes:
+            return
+        # Only RealSim reads the audit log for the machinery's writes.
+        moved = getattr(sim, "machinery_writes", lambda _ns: [])(ns)
+        if not moved:
+            break
+    raise AssertionError(f"an unchanged reconcile of {kind} {ns}/{name} wrote {writes}"
+                         + (f" while the cluster changed {moved}" if moved else ""))
+
+
 def set_quota(sim, kube, ns, hard, create=False) -> None:
     """The namespace's ResourceQuota `compute` with ``hard``: created (then waited for until the
     quota controller has counted it: kube-apiserver refuses what a quota counts until it has written

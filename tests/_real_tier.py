@@ -156,6 +156,20 @@ class RealSim:
                             {"noop": False} if e["verb"] in WRITE_VERBS else {})})
         return out
 
+    def machinery_writes(self, namespace: str) -> list[dict]:
+        """The writes of the cluster's own machinery (controllers, kwok, Kueue; not Events) to
+        objects in `namespace` since `reset_metrics`: what an operator may rightly follow."""
+        out = []
+        for e in self.audit.events():
+            ref = e.get("objectRef") or {}
+            if (e.get("verb") not in WRITE_VERBS or ref.get("namespace") != namespace or self._ours(e)
+                    or ref.get("resource") == "events" or e.get("userAgent", "").startswith(ENQUEUE_AGENT)
+                    or _epoch(e["stageTimestamp"]) < self._since):
+                continue
+            out.append({"verb": e["verb"], "resource": _resource_key(ref), "name": ref.get("name", ""),
+                        "user_agent": e.get("userAgent", "")})
+        return out
+
     def requests(self, limit: int = 1000) -> list[dict]:
         return self._entries()[-limit:]
 

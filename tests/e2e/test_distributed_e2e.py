@@ -14,7 +14,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from _e2e_helpers import (GROUP, VERSION, condition, devserver, get_ds, new_namespace, wait_degraded, wait_ready,
+from _e2e_helpers import (GROUP, VERSION, assert_unchanged_reconcile_writes_nothing, condition, devserver, get_ds, new_namespace, wait_degraded, wait_ready,
                           warning_events)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -97,13 +97,7 @@ def test_pods_carry_the_rendezvous_env(kube, ddp):
 
 
 def test_unchanged_reconcile_writes_nothing(sim, runtime, ddp):
-    assert runtime.wait_idle(180)
-    before = runtime.counters("DevServer")["succeeded"]
-    sim.reset_metrics()
-    runtime.enqueue("DevServer", ddp, NAME)
-    sim.wait_for(lambda: runtime.counters("DevServer")["succeeded"] > before, 60, message="a second reconcile")
-    assert runtime.wait_idle(180)
-    assert sim.writes() == 0, sim.requests()
+    assert_unchanged_reconcile_writes_nothing(sim, runtime, ddp, NAME)
 
 
 def test_failing_replica_is_degraded_then_recovers(sim, kube, runtime, ddp):
