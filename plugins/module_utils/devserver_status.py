@@ -413,7 +413,10 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     if stopped:
         current = stopped[0]
     queue = None if suspended else queue
-    if queue and not queue.get("admitted"):
+    evicted = isinstance(evictions, dict) and isinstance(evictions.get("eviction"), dict)
+    if queue and (not queue.get("admitted") or evicted):
+        # Evicted: waiting for Kueue to admit it again, its pods released (eviction.server_release),
+        # even while Kueue holds the quota of a Workload admitted at 0 replicas for a moment.
         current = "Queued"
     counts = _sts_counts(sts)
     ready_n = min(counts["ready"], desired_replicas) if sts else 0
@@ -490,7 +493,8 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     return status
 
 
-SERVER_RESUME = "its pods start again, with the same home volume, once Kueue admits it again"
+SERVER_RESUME = ("its pods are released while it waits (the StatefulSet at 0 replicas: the namespace's quota counts "
+                 "none of them) and start again, with the same home volume, once Kueue admits it again")
 
 
 # What a rejected spec leaves of the status computed from the live objects: the fields that
