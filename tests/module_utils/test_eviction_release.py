@@ -17,6 +17,7 @@ import pathlib
 import pytest
 import yaml
 
+from ansible_collections.torchdev.operator.plugins.module_utils import conditions
 from ansible_collections.torchdev.operator.plugins.module_utils import devserver_status as ds
 from ansible_collections.torchdev.operator.plugins.module_utils import eviction as ev
 
@@ -284,3 +285,36 @@ def test_readmitted_the_condition_turns_false_once():
     cond_ = _cond(st, "Evicted")
     assert (cond_["status"], cond_["reason"]) == ("False", "Readmitted") and st["usageStartTime"] == T3
     assert ds.status_events(EVICTED_CR["status"], st) == []
+
+
+def merge_patch(target, patch):
+    """RFC 7386, as the API server applies the status patch: maps merge, None removes, the rest replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def test_a_released_server_waits_without_writing_its_status_again():
+    """The run that releases the server writes its status once; the next ones, while it waits,
+    compute what the API server stored.  Its new start's status.startup has no readyAt, totalSeconds
+    or later phases yet: merged into the last complete one, they stayed, and every reconcile sent a
+    status patch that changed nothing."""
+    complete = {"startedAt": T0, "readyAt": "2026-11-27T10:00:08Z", "totalSeconds": 8, "complete": True,
+                "phases": {"queued": 3, "scheduled": 2, "volumes": 1, "containers": 1, "ready": 1}}
+    stored = dict(status_evicted(), startup=complete)
+    for look in range(3):
+        cr = server(copy.deepcopy(stored))
+        new = ds.devserver_status(cr, sts(0, released=T1), 1, "hash", now=T2 if look == 0 else T3, pods=[],
+                                  queue=QUEUE, evictions=ev.server_evictions(cr, kueue(None), RUNNING,
+                                                                              sts(0, released=T1)))
+        patch = conditions.status_changes(stored, new, new["conditions"], 1)
+        if look:
+            assert patch is None, patch
+        stored = merge_patch(stored, patch) if patch else stored
+    assert stored["startup"] == {"startedAt": T2, "phases": {}, "complete": False}
