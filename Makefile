@@ -217,13 +217,14 @@ REAL_E2E ?= tests/e2e/test_devserver_e2e.py tests/e2e/test_distributed_e2e.py te
 # Pass on the real tier too, left out of make test to keep it inside CI's 90 minutes (real-time
 # waits: lifecycle + TrainingJob 15 passed in 939 s; the Kueue modules 13 tests in about 22 minutes, lifecycle with
 # Kueue and the seed examples 4 in about 10 minutes, TrainingJob with Kueue (preemption included) 4 in about 4 minutes,
-# a queued server's new shape 2 in 229 s):
+# a queued server's new shape 2 in 229 s, a DevServer preempted by Kueue with and without a tight
+# namespace quota 2 in 635 s on a loaded 2-core machine):
 # make test-real-all runs them as well.
 REAL_E2E_SLOW ?= tests/e2e/test_lifecycle_e2e.py tests/e2e/test_trainingjob_e2e.py \
 	tests/e2e/test_kueue_e2e.py tests/e2e/test_eaj_kueue_e2e.py tests/devuser/test_devuser_kueue_e2e.py \
 	tests/e2e/test_lifecycle_kueue_e2e.py tests/e2e/test_trainingjob_kueue_e2e.py tests/e2e/test_kueue_reshape_e2e.py \
-	tests/e2e/test_devserver_preemption_e2e.py tests/e2e/test_seed_examples_e2e.py \
-	tests/e2e/test_ssh_service_type_e2e.py
+	tests/e2e/test_devserver_preemption_e2e.py tests/e2e/test_devserver_preemption_quota_e2e.py \
+	tests/e2e/test_seed_examples_e2e.py tests/e2e/test_ssh_service_type_e2e.py
 .PHONY: test-real
 test-real: setup cluster-build operator-build kueue-build $(IMAGE_STAMP) ## The e2e modules of REAL_E2E on the real control plane, Kueue and ansible-operator (TORCHDEV_E2E_TIER=real)
 	TORCHDEV_E2E_TIER=real $(BIN)/python -m pytest -q -p no:xdist -m "not soak and not kubesim_only" $(REAL_E2E)

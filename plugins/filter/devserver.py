@@ -42,6 +42,7 @@ class FilterModule(object):
             "devserver_status": devserver_status.devserver_status,
             "devserver_status_events": devserver_status.status_events,
             "devserver_evictions": eviction.server_evictions,
+            "devserver_release": eviction.server_release,
             "rejected_spec_status": devserver_status.rejected_spec_status,
             "requeue_period": devserver_status.requeue_period,
             "devserver_lifecycle": devserver_status.devserver_lifecycle,

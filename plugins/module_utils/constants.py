@@ -56,6 +56,14 @@ STOPPED_BY_ANNOTATION = API_GROUP + "/stopped-by"
 STOPPED_AT_ANNOTATION = API_GROUP + "/stopped-at"
 # status.reservation.endReason by the stopped-by annotation.
 STOP_REASONS = {"user": "Stopped", "idle": "Idle", "expired": "Expired", "cancelled": "Cancelled"}
+# On a DevServer's StatefulSet, while Kueue has evicted the server and not admitted it again
+# (eviction.server_release): the lastEvictionTime whose pods the operator released (scaled the
+# StatefulSet to 0 so that the namespace's ResourceQuota counts none of them while it waits),
+# and, while Kueue admits the Workload of the StatefulSet scaled to 0, its QuotaReserved time
+# (a change of the StatefulSet that makes Kueue put that Workload on hold, so that it may be
+# scaled up again).
+RELEASED_EVICTION_ANNOTATION = API_GROUP + "/released-eviction"
+KUEUE_HOLD_ANNOTATION = API_GROUP + "/kueue-hold"
 # The DevServer watch's finalizer (watches.yaml): a DevServer deleted during a reservation
 # leaves its UsageRecord (endReason Deleted) before it goes.
 USAGE_FINALIZER = API_GROUP + "/devserver-usage"

@@ -413,7 +413,10 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     if stopped:
         current = stopped[0]
     queue = None if suspended else queue
-    if queue and not queue.get("admitted"):
+    evicted = isinstance(evictions, dict) and isinstance(evictions.get("eviction"), dict)
+    if queue and (not queue.get("admitted") or evicted):
+        # Evicted: waiting for Kueue to admit it again, its pods released (eviction.server_release),
+        # even while Kueue holds the quota of a Workload admitted at 0 replicas for a moment.
         current = "Queued"
     counts = _sts_counts(sts)
     ready_n = min(counts["ready"], desired_replicas) if sts else 0
@@ -437,7 +440,8 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     if ssh_service:
         status["sshEndpoint"] = "%s.%s.svc.cluster.local:22" % (ssh_service, meta.get("namespace"))
         status["sshCommand"] = "devctl ssh %s -n %s" % (meta.get("name"), meta.get("namespace"))
-    status["startup"] = startup(cr, pods, desired_replicas, current == "Running", queue=queue, now=now)
+    status["startup"] = _replacing(startup(cr, pods, desired_replicas, current == "Running", queue=queue, now=now),
+                                   old.get("startup"))
     if current == "Running":
         status["startTime"] = old.get("startTime") if old.get("phase") == "Running" and old.get("startTime") else now
     if current == "Running":
@@ -490,7 +494,24 @@ def devserver_status(cr, sts, desired_replicas, flavor_spec_hash, ssh_service=No
     return status
 
 
-SERVER_RESUME = "its pods start again, with the same home volume, once Kueue admits it again"
+def _replacing(new, old):
+    """``new`` with None for each key of ``old`` it lacks, in nested maps too: the status merge
+    patch replaces the map instead of keeping the old keys (a new start's status.startup has no
+    readyAt, totalSeconds or later phases yet; merged into the last complete one it would keep
+    them, differ from what the role computes at every reconcile and be written again each time)."""
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return new
+    out = dict(new)
+    for key, value in old.items():
+        if key not in out:
+            out[key] = None
+        elif isinstance(out[key], dict) and isinstance(value, dict):
+            out[key] = _replacing(out[key], value)
+    return out
+
+
+SERVER_RESUME = ("its pods are released while it waits (the StatefulSet at 0 replicas: the namespace's quota counts "
+                 "none of them) and start again, with the same home volume, once Kueue admits it again")
 
 
 # What a rejected spec leaves of the status computed from the live objects: the fields that

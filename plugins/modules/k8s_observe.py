@@ -103,6 +103,13 @@ options:
             cluster (two LISTs; nothing while admitted).
         type: bool
         default: false
+      cluster_queue:
+        description:
+          - While the owner is queued and scaled to 0 replicas, also GET the ClusterQueue of the
+            LocalQueue (RV(kueue.cluster_queue)), which says whether it has room for the owner's
+            pods (a DevServer that Kueue evicted waits so, its pods released). Nothing otherwise.
+        type: bool
+        default: false
 """
 
 EXAMPLES = r"""
@@ -153,7 +160,9 @@ kueue:
       C(null)), C(pending) (the Workload's PendingWorkload item from the visibility API,
       with the 0-based C(positionInClusterQueue), or C(null)) and C(priority_class)
       (C({name, source, exists}) or C(null); C(exists) is C(null) when not checked); with
-      O(kueue.eta) while pending, C(eta) with the lists C(cluster_queues) and C(devservers), else C(null).
+      O(kueue.eta) while pending, C(eta) with the lists C(cluster_queues) and C(devservers), else C(null);
+      with O(kueue.cluster_queue) while the owner is queued at 0 replicas, C(cluster_queue) (the
+      ClusterQueue object of the LocalQueue, or C(null)), else C(null).
   returned: when O(kueue) is given
   type: dict
 """
@@ -262,7 +271,7 @@ class Reader(object):
 def observe_kueue(reader, options, namespace, objects):
     """The RV(kueue) result: see DOCUMENTATION."""
     result = dict(served=False, resource_flavor=None, local_queue=None, workload=None, pending=None,
-                  priority_class=None, eta=None)
+                  priority_class=None, eta=None, cluster_queue=None)
     if reader.query({"api_version": KUEUE_API_VERSION, "discovery": True}, namespace) is None:
         return result
     result["served"] = True
@@ -290,10 +299,21 @@ def observe_kueue(reader, options, namespace, objects):
                     "cluster_queues": (reader.get("/apis/%s/clusterqueues" % KUEUE_API_VERSION) or {}).get("items") or [],
                     "devservers": (reader.get("/apis/%s/devservers" % options["user_api_version"]) or {}).get("items") or [],
                 }
+    if owner and queue and options.get("cluster_queue") and scaled_to_zero(owner):
+        lq = result["local_queue"] if queue == options.get("local_queue") else kueue_query("localqueues", name=queue)
+        cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
+        if cq_name:
+            result["cluster_queue"] = kueue_query("clusterqueues", name=cq_name, cluster=True)
     # A priority class matters for a StatefulSet that is (or, created now, will be) queued.
     if (queue if owner else result["local_queue"]):
         result["priority_class"] = priority_class(reader, options, namespace, check=owner is None)
     return result
+
+
+def scaled_to_zero(obj):
+    """Whether a live object's spec.replicas is 0."""
+    replicas = ((obj or {}).get("spec") or {}).get("replicas", 1)
+    return replicas == 0 and not isinstance(replicas, bool)
 
 
 def namespace_devuser(reader, namespace, label, api_version):
@@ -361,6 +381,7 @@ ARGUMENT_SPEC = dict(
         user_label=dict(type="str"),
         user_api_version=dict(type="str", default=API_VERSION),
         eta=dict(type="bool", default=False),
+        cluster_queue=dict(type="bool", default=False),
     )),
     **AUTH_ARG_SPEC
 )

@@ -14,6 +14,8 @@ from torchdev_train import status as train_status
     ("CONFIG_HASH_ANNOTATION", "torchdev.io/config-hash"),
     ("SCRIPTS_HASH_ANNOTATION", "torchdev.io/scripts-hash"),
     ("USAGE_FINALIZER", "torchdev.io/devserver-usage"),
+    ("RELEASED_EVICTION_ANNOTATION", "torchdev.io/released-eviction"),
+    ("KUEUE_HOLD_ANNOTATION", "torchdev.io/kueue-hold"),
     ("NAMESPACE_PREFIX", "dev-"),
     ("LOCAL_QUEUE", "torchdev"),
     ("SSH_PORT", 2222),

@@ -123,7 +123,7 @@ KUEUE = {"workloads": [WORKLOAD], "pending": {"items": [{"name": "wl", "position
                                                             {"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]},
                            "status": {"flavorsUsage": []}},
          "priority_class": {"metadata": {"name": "torchdev-normal"}, "value": 100},
-         "servers": [DEVSERVER], "served": True}
+         "servers": [DEVSERVER], "served": True, "workload": WORKLOAD}
 FAILED_RESULT = {"failed": True, "msg": "Forbidden", "status": 403, "error": 403,
                  "reason": "Forbidden", "exception": "ApiException", "api_found": True}
 
@@ -284,7 +284,8 @@ PARAMS = {
                 "message": 'create Pod s-0 in StatefulSet s failed error: pods "s-0" is forbidden: exceeded quota: q'}],
 }
 # Where a parameter name means something else in one module.
-OVERRIDES = {("kueue", "owner"): STS, ("startup", "value"): DEVSERVER["status"]["startup"],
+OVERRIDES = {("kueue", "owner"): STS, ("eviction", "flavor"): "gpu-a10g-1",
+             ("startup", "value"): DEVSERVER["status"]["startup"],
              ("conditions", "desired"): CONDITIONS, ("devuser", "namespace"): PARAMS["namespace_"],
              ("devuser", "observed"): [STS, PVC], ("devuser", "desired"): [STS]}
 # The Job controller's FailedCreate Event (a TrainingJob's worker refused) and the failed apply of an
@@ -302,7 +303,9 @@ OVERRIDES.update({
 })
 PARAMS.update({"workers": 2, "refusal": "pod ephemeralaccelerationjob-s refused by ResourceQuota: exceeded quota: q",
                # a TrainingJob's status.latestCheckpoint (the library's: the trainer token writes it)
-               "checkpoint": {"path": "/checkpoints/epoch-0004", "epoch": 4}})
+               "checkpoint": {"path": "/checkpoints/epoch-0004", "epoch": 4},
+               # a user's ClusterQueue (its status is Kueue's; an admin writes its spec)
+               "cluster_queue": KUEUE["cluster_queue"]})
 
 
 # The parameters that carry what a user or a pod writes (a spec, a report, the live objects
@@ -315,7 +318,7 @@ USER_PARAMS = {"cr", "devserver", "eaj", "tj", "spec", "spec_", "raw_spec", "act
                "owner", "started_at", "oldest_ended_at", "since", "user", "start", "end", "model", "path",
                "discovery", "queue", "runner", "quotas", "status", "previous", "register", "value", "restarts",
                "cond", "existing", "live", "seconds_", "live_status", "events", "storage_classes", "refused",
-               "home_refused", "size", "old_status", "new_status", "checkpoint"}
+               "home_refused", "size", "old_status", "new_status", "checkpoint", "cluster_queue"}
 
 
 def strategy(mod: str, fn, param: inspect.Parameter):
@@ -370,7 +373,8 @@ FUZZED = {
               "node_taints", "resource_flavor_errors", "queue_labels", "queue_problem", "queue_status", "queue_eta",
               "reshape"],
     "eviction": ["workload_eviction", "workload_readmission", "usage_end_reason", "evicted_condition",
-                 "eviction_event", "server_evictions", "server_usage_reservation"],
+                 "eviction_event", "server_evictions", "server_usage_reservation", "cluster_queue_room",
+                 "server_release"],
     "labels": ["owner_label", "devserver_labels", "usage_labels", "devuser_labels", "owner_reference"],
     "lifecycle": ["reservation_problem", "activity_report", "activity_reports", "idle_since", "reservation_active",
                   "lifecycle_status", "queued_at", "spec_replicas", "stopped_phase"],

@@ -100,7 +100,7 @@ def test_kueue_absent_costs_one_discovery_request(kubesim, tmp_path):
     result = run_module(kubesim, {"ANSIBLE_MODULE_ARGS": {"namespace": "default", "queries": _sts_query("x"),
                                                           "kueue": KUEUE_OPTIONS}}, tmp_path)
     assert result["kueue"] == {"served": False, "resource_flavor": None, "local_queue": None, "workload": None,
-                               "pending": None, "priority_class": None, "eta": None}
+                               "pending": None, "priority_class": None, "eta": None, "cluster_queue": None}
     paths = [r["path"] for r in kubesim.requests()]
     assert paths == ["/apis/apps/v1/namespaces/default/statefulsets/x", "/apis/kueue.x-k8s.io/v1beta2"]
 
@@ -203,6 +203,27 @@ def test_kueue_admitted_workload_has_no_pending_entry(kueue_sim, tmp_path):
     assert got["priority_class"] == {"name": "torchdev-high", "source": "spec.priorityClassName", "exists": None}
     paths = [r["path"] for r in kueue_sim.requests()]
     assert not [p for p in paths if "visibility" in p or p == "/api/v1/namespaces/dev-jane"], paths
+
+
+def test_kueue_cluster_queue_only_for_a_queued_owner_scaled_to_zero(kueue_sim, tmp_path):
+    """cluster_queue: the LocalQueue's ClusterQueue, read (one GET) only while the owner is queued
+    and has 0 replicas (a DevServer whose pods are released after an eviction asks whether it has
+    room again); nothing for a running owner."""
+    _workload_settled(kueue_sim, "a", True)
+    kueue_sim.reset_metrics()
+    running = _observe(kueue_sim, tmp_path, "a", cluster_queue=True)
+    assert running["cluster_queue"] is None
+    assert not [r for r in kueue_sim.requests() if "/clusterqueues" in r["path"]]
+    kueue_sim.call(kueue_sim.api.create, "statefulsets.apps", dict(_gpu_sts("zero"), spec=dict(
+        _gpu_sts("zero")["spec"], replicas=0)), namespace="dev-jane")
+    kueue_sim.reset_metrics()
+    zero = _observe(kueue_sim, tmp_path, "zero", cluster_queue=True)
+    assert zero["cluster_queue"]["metadata"]["name"] == "torchdev-jane"
+    assert zero["cluster_queue"]["spec"]["resourceGroups"][0]["flavors"][0]["name"] == "gpu-2"
+    paths = [r["path"] for r in kueue_sim.requests()]
+    assert paths.count("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/torchdev-jane") == 1, paths
+    assert kueue_sim.writes() == 0
+    assert _observe(kueue_sim, tmp_path, "zero")["cluster_queue"] is None  # not asked
 
 
 @pytest.mark.parametrize("priority_class,expected", [

@@ -431,6 +431,9 @@ def observe_kueue_accesses(options: dict[str, Any] | None, const) -> list[Access
     if options.get("workload_owner"):
         out.append(Access(KUEUE_GROUP, "workloads", "list"))
         out.append(Access(VISIBILITY_GROUP, "localqueues/pendingworkloads", "get"))
+    if options.get("cluster_queue"):
+        out.append(Access(KUEUE_GROUP, "localqueues", "get"))
+        out.append(Access(KUEUE_GROUP, "clusterqueues", "get"))
     if options.get("priority_class") or options.get("user_label"):
         out.append(Access(KUEUE_GROUP, "workloadpriorityclasses", "get"))
     if options.get("user_label"):
