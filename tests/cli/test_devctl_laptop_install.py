@@ -15,6 +15,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -108,6 +109,10 @@ def test_the_entry_points_match_the_operator_package():
 
 def _install(tmp_path: Path, constraints: list[str]) -> Path:
     """A fresh venv with clients/devctl installed by pip (``constraints``: name==version)."""
+    # pip builds in place: setuptools' build/ keeps the modules of an earlier build (a deleted
+    # module would be installed again), so the test starts from none
+    for leftover in (CLIENT / "build", CLIENT / "torchdev_devctl.egg-info"):
+        shutil.rmtree(leftover, ignore_errors=True)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True, system_site_packages=False, clear=True).create(env_dir)
     cmd = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
