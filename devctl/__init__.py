@@ -9,10 +9,13 @@ def _version() -> str:
     pyproject.toml reads it)."""
     try:
         return (_Path(__file__).resolve().parent.parent / "VERSION").read_text().strip()
-    except OSError:  # pragma: no cover - a wheel install
-        from importlib.metadata import version
+    except OSError:  # a wheel install: the operator's package, or devctl alone (clients/devctl)
+        from importlib.metadata import PackageNotFoundError, version
 
-        return version("torchdev")
+        try:
+            return version("torchdev")
+        except PackageNotFoundError:
+            return version("torchdev-devctl")
 
 
 __version__ = _version()

@@ -130,5 +130,11 @@ def version(settings: Settings, client_only: bool, output: str) -> None:
             click.echo(f"operator {operator['version']}" + (f" ({detail})" if detail else ""))
 
 
+def kubectl_plugin() -> None:
+    """The console script ``kubectl-devctl``: kubectl runs an executable named kubectl-<name> on
+    PATH as ``kubectl <name>`` (``kubectl devctl list``); usage and errors name it so."""
+    cli(prog_name="kubectl devctl", complete_var="_DEVCTL_COMPLETE")
+
+
 if __name__ == "__main__":  # pragma: no cover
     cli()
