@@ -43,7 +43,7 @@ TEST_WORKERS ?= 4
 	release-check bundle bundle-validate bundle-build test-image
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-24s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements.yml pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -412,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     sim = operator = exporter = plan = created = stack = None
+    kept = False
     operator_log = workdir / "operator.log"
     namespace = SIM_NAMESPACE
     flavor = args.flavor
@@ -505,14 +506,18 @@ def main(argv: list[str] | None = None) -> int:
         step("torchdev's metrics (a few of them)")
         show_metrics(metrics_port, runtime_metrics_port)
         if args.keep:
-            print(f"\nLeft running (--keep). KUBECONFIG={env['KUBECONFIG']}; the operator is pid {operator.pid}"
-                  + (f", exporter pid {exporter.pid}" if exporter else "") + (f", kubesim pid {sim.pid}" if sim else ""))
+            print(f"\nLeft running (--keep): the DevServer {SERVER} in namespace {namespace}; the operator is pid "
+                  f"{operator.pid}" + (f", exporter pid {exporter.pid}" if exporter else "")
+                  + (f", kubesim pid {sim.pid}" if sim else ""))
+            print(f"Point devctl and kubectl at it:\n  export KUBECONFIG={env['KUBECONFIG']} "
+                  f"DEVCTL_CONFIG={env['DEVCTL_CONFIG']}\n  {BIN / 'devctl'} -n {namespace} get {SERVER}")
             if created:
                 print(f"To remove what the demo created: kubectl delete namespace {namespace} (and wait, with the "
                       "operator still running: the DevServer's finalizer needs it), then stop the operator"
                       + "".join(f", kubectl delete {FLAVORS} {f}" for f in created.flavors)
                       + (f", kubectl delete crd {' '.join(created.crds)}" if created.crds else ""))
             sim = operator = exporter = created = None
+            kept = True
         return 0
     except SystemExit as exc:
         if isinstance(exc.code, int) and exc.code > 128:
@@ -521,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _cleaning_up)
-        step("Stopping what the demo started" + (" and removing what it created" if created else ""))
+        if not kept:
+            step("Stopping what the demo started" + (" and removing what it created" if created else ""))
         stop(exporter, "exporter")
         if created is not None:
             remove(created, operator, env, args.cleanup_timeout)

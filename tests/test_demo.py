@@ -11,6 +11,7 @@ On the embedded simulator (no $KUBECONFIG) the demo is what `make demo` runs, en
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -225,3 +226,29 @@ def test_on_a_cluster_it_changes_nothing_that_existed_before(tmp_path):
         user = _items(sim, "devusers.torchdev.io")[0]
         assert not user["metadata"].get("finalizers") and "status" not in user
         assert "dev-jane" not in _names(sim, "namespaces")
+
+
+def test_with_keep_it_says_where_the_server_is_and_stops_nothing(cluster, tmp_path):
+    """`make demo DEMO_ARGS=--keep` (issue 28.10): the server, its namespace and the export line
+    for devctl are printed; nothing is stopped (no "Stopping what the demo started"), and devctl
+    pointed by that line finds the server Ready."""
+    proc = _demo(cluster, tmp_path, "--yes", "--keep")
+    pids = [int(p) for p in re.findall(r"(?:operator is pid|exporter pid) (\d+)", proc.stdout)]
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert "Stopping what the demo started" not in proc.stdout
+        namespace = _namespace_of(proc.stdout)
+        assert f"Left running (--keep): the DevServer {demo.SERVER} in namespace {namespace}" in proc.stdout
+        export = re.search(r"^  export (KUBECONFIG=\S+) (DEVCTL_CONFIG=\S+)$", proc.stdout, re.M)
+        devctl = re.search(rf"^  (\S+/devctl) -n {namespace} get {demo.SERVER}$", proc.stdout, re.M)
+        assert export and devctl, proc.stdout[-1500:]
+        assert len(pids) == 2 and all(os.path.exists(f"/proc/{pid}") for pid in pids)  # still running
+        env = dict(os.environ, **dict(kv.split("=", 1) for kv in export.groups()))
+        got = subprocess.run([devctl.group(1), "-n", namespace, "get", demo.SERVER, "-o", "json"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout)["status"]["phase"] == "Running"
+    finally:
+        for pid in pids:  # each leads a session of its own (its ansible-playbook runs too)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
