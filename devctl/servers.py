@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils.constants import POD_INDEX_LABEL
 from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
-from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_time
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, time_or_none
 
 from . import complete
 from .errors import DevctlError, NotFound
@@ -81,9 +81,10 @@ def gpu_count(obj: dict) -> int:
 
 def eta_column(when: str | None) -> str:
     """"in 25m (10:40:00Z)", "now", or "unknown" (a holder has no reservation end)."""
-    if not when:
+    start = time_or_none(when)
+    if start is None:
         return "unknown"
-    left = (parse_time(when) - datetime.now(timezone.utc)).total_seconds()
+    left = (start - datetime.now(timezone.utc)).total_seconds()
     return "now" if left <= 0 else f"in {format_duration(left)}"
 
 
