@@ -7,7 +7,6 @@ Options not given keep the DevUser's current values.
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Any, Iterable
 
 import click
@@ -16,21 +15,21 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
 from ansible_collections.torchdev.operator.plugins.module_utils.quantity import is_quantity
 
 from . import API_VERSION, GROUP
-from . import completion as complete
+from . import complete
 from .api import FIELD_MANAGER
 from . import wait as waiting
-from .config import DNS1123_SUBDOMAIN_RE, EMAIL_RE, Settings
+from .settings import DNS1123_SUBDOMAIN_RE, EMAIL_RE, Settings
 from .context import kube_options, pass_settings
-from .devserver import _stdin_is_tty, read_ssh_keys
+from .keys import read_ssh_keys
 from .errors import ApiError, DevctlError, NotFound, left_in_place
+from .output import stdin_is_tty as _stdin_is_tty  # patched by the tests
+from .users import validate_user
 from .output import (DURATION, LIST_FORMATS, age, info, output_option, print_object, print_objects,
                      print_table, selector_option)
 
 KIND = "DevUser"
 RESOURCE = f"devuser.{GROUP}"
 # metadata.name is the username: a DNS-1123 label of at most 59 characters (dev-<name> <= 63).
-USER_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-USER_MAX = 59
 MAX_GPUS = 4096
 MAX_CIDRS = 16
 MAX_FLAVOR_QUOTAS = 64
@@ -38,14 +37,6 @@ FLAVOR_RE = DNS1123_SUBDOMAIN_RE
 
 
 # -- validation -------------------------------------------------------------------------
-
-def validate_user(_ctx, _param, value: str) -> str:
-    if not USER_RE.match(value) or len(value) > USER_MAX:
-        raise click.BadParameter(
-            f"{value!r} is not a valid username: use lower-case letters, digits and '-', start and "
-            f"end with a letter or digit, at most {USER_MAX} characters (the namespace is dev-<user>)")
-    return value
-
 
 def _email(_ctx, _param, value: str | None) -> str | None:
     if value is not None and not EMAIL_RE.match(value):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .config import Settings
+from .settings import Settings
 
 
 def _setter(attr: str):

@@ -1,11 +1,9 @@
-"""``devctl create | list | get | delete``: DevServer objects (torchdev.io/v1alpha1)."""
+"""``devctl create | reserve | list | get | delete``: DevServer objects (torchdev.io/v1alpha1)."""
 from __future__ import annotations
 
-import glob
 import re
+import secrets
 from datetime import datetime, timezone
-import sys
-from pathlib import Path
 from typing import Any, Iterable
 
 import click
@@ -15,13 +13,18 @@ from ansible_collections.torchdev.operator.plugins.module_utils.quantity import 
 from ansible_collections.torchdev.operator.plugins.module_utils.startup import describe as describe_startup
 
 from . import API_VERSION, GROUP
-from . import completion as complete
-from .config import DNS1123_SUBDOMAIN_RE, EMAIL_RE, Settings
+from . import complete
+from . import wait as waiting
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
+from .keys import default_ssh_key_files, key_options, read_ssh_keys
 from .output import (DURATION, LIST_FORMATS, age, human_size, info, output_option, parse_time, print_object,
                      print_objects, print_table, selector_option, truncate, warn)
-from . import wait as waiting
+from .output import stdin_is_tty as _stdin_is_tty  # patched by the tests
+from .servers import (MAX_IDLE_TIMEOUT, desired_replicas, eta_column, for_each, gpu_count, phase_of,
+                      ready_column, targets, targets_arguments)
+from .settings import EMAIL_RE, Settings
+from .ssh_hosts import forget
 
 KIND = "DevServer"
 RESOURCE = f"devserver.{GROUP}"
@@ -30,33 +33,10 @@ RESOURCE = f"devserver.{GROUP}"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 52
 ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-# The CRD's rule for spec.sshPublicKeys items (config/crd/bases/torchdev.io_devservers.yaml).
-SSH_KEY_RE = re.compile(
-    r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh[.]com)"
-    r" AAAA[A-Za-z0-9+/]+={0,3}( [^\n]*)?$")
-MAX_SSH_KEYS = 32
-MAX_IDLE_TIMEOUT = 604800
 EVENTS_SHOWN = 10
 
 
 # -- helpers -------------------------------------------------------------------------
-
-# A Secret's data key (the CRD's sshKeySecretRef.key pattern).
-SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
-
-
-def parse_key_secret(_ctx, _param, value: str | None) -> dict | None:
-    """--ssh-key-secret NAME[:KEY] -> spec.sshKeySecretRef (KEY default authorized_keys)."""
-    if value is None:
-        return None
-    name, sep, key = value.partition(":")
-    if not DNS1123_SUBDOMAIN_RE.match(name) or len(name) > 253:
-        raise click.BadParameter(f"{name!r} is not a Secret name (a DNS-1123 subdomain: lower case, digits, "
-                                 "'-' and '.', at most 253)")
-    if sep and (not SECRET_KEY_RE.match(key) or len(key) > 253):
-        raise click.BadParameter(f"{key!r} is not a Secret key (letters, digits, '-', '_' and '.', at most 253)")
-    return {"name": name, "key": key or "authorized_keys"}
-
 
 def validate_name(_ctx, _param, value: str) -> str:
     if not NAME_RE.match(value) or len(value) > NAME_MAX:
@@ -64,65 +44,6 @@ def validate_name(_ctx, _param, value: str) -> str:
             f"{value!r} is not a valid devserver name: use lower-case letters, digits and '-', "
             f"start with a letter, end with a letter or digit, at most {NAME_MAX} characters")
     return value
-
-
-def desired_replicas(obj: dict) -> int:
-    spec = obj.get("spec") or {}
-    if spec.get("suspend"):
-        return 0
-    if spec.get("mode") == "distributed":
-        dist = spec.get("distributed") or {}
-        world = int(dist.get("worldSize") or 1)
-        per_node = int(dist.get("nprocsPerNode") or 1)
-        return max(world // max(per_node, 1), 1)
-    return 1
-
-
-def ready_column(obj: dict) -> str:
-    status = obj.get("status") or {}
-    replicas = status.get("replicas")
-    if replicas is None:
-        replicas = desired_replicas(obj)
-    return f"{status.get('readyReplicas') or 0}/{replicas}"
-
-
-def phase_of(obj: dict) -> str:
-    return (obj.get("status") or {}).get("phase") or "Pending"
-
-
-def read_ssh_keys(paths: Iterable[str], explicit: bool) -> list[str]:
-    """Public keys from files (one or more per file, authorized_keys style)."""
-    keys: list[str] = []
-    for path in paths:
-        p = Path(path).expanduser()
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            if explicit:
-                raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}",
-                                         param_hint="'--ssh-key-file'") from None
-            continue
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if not SSH_KEY_RE.match(line):
-                if "PRIVATE KEY" in text:
-                    raise click.BadParameter(f"{path} is a private key; pass the .pub file",
-                                             param_hint="'--ssh-key-file'")
-                raise click.BadParameter(
-                    f"{path}: not an OpenSSH public key line (ssh-ed25519 AAAA... comment)",
-                    param_hint="'--ssh-key-file'")
-            if line not in keys:
-                keys.append(line)
-    if len(keys) > MAX_SSH_KEYS:
-        raise click.BadParameter(f"at most {MAX_SSH_KEYS} SSH keys, got {len(keys)}",
-                                 param_hint="'--ssh-key-file'")
-    return keys
-
-
-def default_ssh_key_files() -> list[str]:
-    return sorted(glob.glob(str(Path.home() / ".ssh" / "id_*.pub")))
 
 
 def parse_env(values: Iterable[str]) -> list[dict]:
@@ -230,22 +151,6 @@ def pvc_size(pvc: dict) -> str:
 
 
 # -- create ---------------------------------------------------------------------------
-
-def key_options(command):
-    """The SSH key flags of ``create`` and ``reserve``."""
-    for option in reversed((
-        click.option("--ssh-key-file", "ssh_key_files", multiple=True, metavar="PATH",
-                     help="SSH public key file (repeatable; default: ~/.ssh/id_*.pub and the keys of 'devctl config "
-                          "set github-user'). The keys your DevUser was onboarded with are accepted too."),
-        click.option("--ssh-key-secret", "ssh_key_secret", metavar="SECRET[:KEY]", callback=parse_key_secret,
-                     help="Also accept the authorized_keys in this Secret of the namespace (KEY default "
-                          "authorized_keys), instead of the keys your DevUser was onboarded with."),
-        click.option("--no-user-keys", is_flag=True,
-                     help="Accept only this server's keys, not those your DevUser was onboarded with."),
-    )):
-        command = option(command)
-    return command
-
 
 @click.command("create")
 @click.argument("name", callback=validate_name)
@@ -359,8 +264,6 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
             raise
         flavor_obj = None
     if distributed and backend is None and flavor_obj is not None:
-        from .flavor import gpu_count
-
         if gpu_count(flavor_obj) == 0:  # NCCL needs GPUs: a CPU flavor runs gloo
             body["spec"]["distributed"]["backend"] = "gloo"
             info(f"backend gloo: flavor {flavor} has no GPUs (pass --backend to choose)")
@@ -394,6 +297,75 @@ def create(settings: Settings, name: str, flavor: str, image: str | None, home_s
         print_object(created, output)
 
 
+# -- reserve --------------------------------------------------------------------------
+
+def hours_to_duration(hours: float) -> str:
+    seconds = int(round(hours * 3600))
+    if seconds <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="'--hours'")
+    return format_duration(seconds)
+
+
+def pick_flavor(flavors: list[dict], gpus: int, replicas: int) -> dict:
+    """The cheapest flavor whose GPUs per pod x replicas is ``gpus`` (price unknown: last)."""
+    if gpus % replicas:
+        raise click.BadParameter(f"{gpus} GPUs do not split evenly over {replicas} replicas", param_hint="'--gpus'")
+    per_pod = gpus // replicas
+    fits = [f for f in flavors if gpu_count(f) == per_pod]
+    if not fits:
+        offered = sorted({gpu_count(f) for f in flavors})
+        raise DevctlError(f"no flavor has {per_pod} GPU(s) per pod (flavors offer {offered}; see 'devctl flavors')")
+
+    def price(f: dict) -> float:
+        try:
+            return float((f.get("spec") or {}).get("pricePerHour"))
+        except (TypeError, ValueError):
+            return float("inf")
+    return sorted(fits, key=lambda f: (price(f), f["metadata"]["name"]))[0]
+
+
+@click.command("reserve")
+@click.option("--gpus", type=click.IntRange(0, 1024), required=True, help="GPUs in all.")
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True, help="Reservation length.")
+@click.option("--flavor", shell_complete=complete.flavors, help="DevServerFlavor (default: the cheapest that fits --gpus).")
+@click.option("--distributed", is_flag=True, help="Distributed mode over --replicas pods.")
+@click.option("--replicas", type=click.IntRange(1, 1024), help="Pods in distributed mode.")
+@click.option("--name", help="Server name (default: gpu<N>-<random>).")
+@click.option("--owner", metavar="EMAIL", help="Owner e-mail (default: config owner, git user.email).")
+@key_options
+@click.option("--wait", "wait_", is_flag=True, help="Wait until Ready: queue position and ETA, then the SSH command.")
+@click.option("--timeout", type=DURATION, default="2h", show_default=True, help="How long --wait waits.")
+@output_option()
+@kube_options()
+@click.pass_context
+def reserve(ctx: click.Context, gpus: int, hours: float, flavor: str | None, distributed: bool, replicas: int | None,
+            name: str | None, owner: str | None, ssh_key_files: tuple[str, ...], ssh_key_secret: dict | None,
+            no_user_keys: bool, wait_: bool, timeout: float, output: str) -> None:
+    """Reserve GPUs for --hours: a dev server with that reservation (spec.lifecycle.duration).
+
+    \b
+    Examples:
+      devctl reserve --gpus 1 --hours 4 --wait
+      devctl reserve --gpus 16 --hours 8 --distributed --replicas 2
+    """
+    settings = ctx.ensure_object(Settings)
+    if replicas and not distributed:
+        raise click.UsageError("--replicas needs --distributed")
+    replicas = replicas or 1
+    duration = hours_to_duration(hours)
+    if not flavor:
+        chosen = pick_flavor(settings.api.list_flavors(), gpus, replicas)
+        flavor = chosen["metadata"]["name"]
+        info(f"flavor {flavor} (the cheapest with {gpus // replicas} GPU(s) per pod)")
+    name = name or f"gpu{gpus}-{secrets.token_hex(3)}"
+    nprocs = max(1, gpus // replicas) if distributed else None
+    ctx.invoke(create, name=name, flavor=flavor, image=None, home_size=None, shared_claim=None, no_shared=False,
+               ssh_key_files=ssh_key_files, ssh_key_secret=ssh_key_secret, no_user_keys=no_user_keys, env=(),
+               idle_timeout=None, auto_shutdown=None, owner=owner,
+               distributed=distributed, replicas=replicas if distributed else None, nprocs_per_node=nprocs,
+               backend=None, wait_=wait_, timeout=timeout, dry_run=False, output=output, duration=duration)
+
+
 # -- time left ------------------------------------------------------------------------
 
 def _left(when: str | None, now: datetime) -> int | None:
@@ -419,8 +391,6 @@ def time_left(obj: dict, now: datetime | None = None) -> str:
     if expires is not None:
         return format_duration(expires)
     if status.get("phase") == "Queued":
-        from .queue import eta_column
-
         return "ETA " + eta_column((status.get("queue") or {}).get("estimatedStartTime"))
     return "-"
 
@@ -485,44 +455,6 @@ def list_(settings: Settings, all_namespaces: bool, selector: str | None, output
     where = "any namespace" if all_namespaces else f'namespace "{namespace}"'
     matching = f" matching {selector}" if selector else ""
     print_table(headers, rows, empty=f"No devservers{matching} found in {where}.")
-
-
-def targets_arguments(fn):
-    """NAME... or -l SELECTOR: the dev servers a command acts on (``targets``)."""
-    fn = selector_option("dev servers")(fn)
-    return click.argument("names", nargs=-1, shell_complete=complete.servers)(fn)
-
-
-def targets(settings: Settings, names: tuple[str, ...], selector: str | None) -> list[str]:
-    """The names given, or those of the dev servers of the namespace matching ``selector``
-    (kubectl's rules: one of the two, never both)."""
-    if names and selector:
-        raise click.UsageError("give NAME... or -l SELECTOR, not both")
-    if not names and not selector:
-        raise click.UsageError("give one or more NAMEs or -l SELECTOR")
-    if names:
-        return list(dict.fromkeys(names))
-    namespace = settings.namespace()
-    found = sorted(o["metadata"]["name"] for o in settings.api.list_devservers(namespace, selector))
-    if not found:
-        info(f'No devservers matching {selector} found in namespace "{namespace}".')
-    return found
-
-
-def for_each(names: list[str], action) -> list:
-    """``action(name)`` for each name; the ones not found are one error line at the end, after
-    the others are done (as kubectl does)."""
-    results, missing = [], []
-    for name in names:
-        try:
-            results.append(action(name))
-        except NotFound as exc:
-            missing.append(exc)
-    if len(missing) == 1:
-        raise missing[0]
-    if missing:
-        raise DevctlError("; ".join(exc.format_message() for exc in missing))
-    return results
 
 
 # -- get ------------------------------------------------------------------------------
@@ -743,13 +675,6 @@ def for_each_printed(names: list[str], fetch, emit, always: bool = False) -> Non
 
 # -- delete ---------------------------------------------------------------------------
 
-def _stdin_is_tty() -> bool:
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 @click.command("delete")
 @targets_arguments
 @click.option("--purge", is_flag=True, help="Also delete the home volume(s); their data is lost.")
@@ -797,8 +722,6 @@ def _delete_one(settings: Settings, name: str, purge: bool, yes: bool, gone: dic
         api.delete_devserver(namespace, name)
         click.echo(f'{RESOURCE} "{name}" deleted from namespace {namespace}')
         gone[f"devserver/{name}"] = lambda: api.get_devserver(namespace, name)
-        from .ssh_config import forget
-
         forget([name], namespace)  # its `devctl ssh-config` entries, if any
     else:
         info(f'devserver "{name}" is already gone; deleting its home volumes')
@@ -827,4 +750,4 @@ def _delete_one(settings: Settings, name: str, purge: bool, yes: bool, gone: dic
                        f"delete it with devctl delete {name}{hint_ns} --purge")
 
 
-COMMANDS = (create, list_, get, delete)
+COMMANDS = (create, reserve, list_, get, delete)

@@ -2,21 +2,12 @@
 from __future__ import annotations
 
 import click
-from ansible_collections.torchdev.operator.plugins.module_utils.flavor import flavor_gpu_count
 
 from . import GROUP
-from .config import Settings
+from .settings import Settings
 from .context import kube_options, pass_settings
 from .output import LIST_FORMATS, output_option, print_objects, print_table, selector_option, truncate
-
-
-def gpu_count(obj: dict) -> int:
-    """GPUs per replica of a DevServerFlavor, as the operator counts them
-    (module_utils/flavor.py ``flavor_gpu_count``); 0 for a flavor it would reject."""
-    try:
-        return flavor_gpu_count(obj.get("spec") or {})
-    except ValueError:
-        return 0
+from .servers import gpu_count
 
 
 def flavor_row(obj: dict, wide: bool = False) -> list[str]:

@@ -19,6 +19,7 @@ import urllib.parse
 import urllib.request
 
 from .errors import DevctlError
+from .keys import SSH_KEY_RE
 
 DEFAULT_KEYS_URL = "https://github.com/{user}.keys"
 # GitHub's answer for an account with many keys is a few KiB.
@@ -88,8 +89,6 @@ def _read(response, url: str, deadline: float, timeout: float) -> bytes:
 def fetch_keys(user: str, config: dict | None = None, timeout: float = 20.0) -> list[str]:
     """The account's public keys (OpenSSH lines, as the CRDs accept them), or a one-line error."""
     import urllib.error
-
-    from .devserver import SSH_KEY_RE
 
     if not GITHUB_USER_RE.match(user or ""):
         raise DevctlError(f"{user!r} is not a GitHub user name")

@@ -25,8 +25,8 @@ import click
 
 from . import API_VERSION, GROUP
 from . import wait as waiting
-from . import completion as complete
-from .config import Settings
+from . import complete
+from .settings import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError, NotFound, left_in_place
 from .output import (DURATION, DurationType, age, human_duration, info, now, output_option, parse_time,
@@ -364,7 +364,7 @@ def download(settings: Settings, name: str, target: str | None, source: str, hel
 def debug(settings: Settings, name: str, command: tuple[str, ...], keep: bool, helper_image: str) -> None:
     """A pod with the volume of job NAME at /artifacts: a shell in it (kubectl exec), or
     after -- a command; the pod is deleted afterwards unless --keep."""
-    from .ssh import find_kubectl
+    from .tunnel import find_kubectl
 
     namespace = settings.namespace()
     api = settings.api

@@ -1,4 +1,5 @@
-"""``devctl stop | start | cancel | extend | keepalive | reserve``: a DevServer's lifecycle.
+"""``devctl stop | start | cancel | extend | keepalive | autostop``: a DevServer's lifecycle
+(``devctl reserve`` creates a server with a reservation: devserver.py).
 
 Stopping is a merge patch of the DevServer: ``spec.suspend`` plus the annotations
 ``torchdev.io/stopped-by`` / ``stopped-at`` that say why (the operator stops expired and idle
@@ -8,7 +9,6 @@ servers the same way); starting removes them.  The reservation is
 """
 from __future__ import annotations
 
-import secrets
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -17,10 +17,10 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
     STOPPED_AT_ANNOTATION, STOPPED_BY_ANNOTATION)
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_duration
 
-from . import completion as complete
-from .config import Settings
+from . import complete
+from .settings import Settings
 from .context import kube_options, pass_settings
-from .devserver import MAX_IDLE_TIMEOUT, for_each, key_options, targets, targets_arguments
+from .servers import MAX_IDLE_TIMEOUT, for_each, targets, targets_arguments
 from .errors import DevctlError
 from .output import DURATION, DurationType, info, output_option, print_object, print_objects
 from . import wait as waiting
@@ -30,13 +30,6 @@ MAX_KEEPALIVE_HOURS = 24
 
 def _now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def hours_to_duration(hours: float) -> str:
-    seconds = int(round(hours * 3600))
-    if seconds <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="'--hours'")
-    return format_duration(seconds)
 
 
 def stop_patch(by: str) -> dict:
@@ -258,67 +251,3 @@ def autostop(settings: Settings, names: tuple[str, ...], selector: str | None, i
         for_each(wanted, apply)
     finally:
         _results(objs, names, output, [autostop_text(obj) for obj in objs])
-
-
-def pick_flavor(flavors: list[dict], gpus: int, replicas: int) -> dict:
-    """The cheapest flavor whose GPUs per pod x replicas is ``gpus`` (price unknown: last)."""
-    from .flavor import gpu_count
-
-    if gpus % replicas:
-        raise click.BadParameter(f"{gpus} GPUs do not split evenly over {replicas} replicas", param_hint="'--gpus'")
-    per_pod = gpus // replicas
-    fits = [f for f in flavors if gpu_count(f) == per_pod]
-    if not fits:
-        offered = sorted({gpu_count(f) for f in flavors})
-        raise DevctlError(f"no flavor has {per_pod} GPU(s) per pod (flavors offer {offered}; see 'devctl flavors')")
-
-    def price(f: dict) -> float:
-        try:
-            return float((f.get("spec") or {}).get("pricePerHour"))
-        except (TypeError, ValueError):
-            return float("inf")
-    return sorted(fits, key=lambda f: (price(f), f["metadata"]["name"]))[0]
-
-
-@click.command("reserve")
-@click.option("--gpus", type=click.IntRange(0, 1024), required=True, help="GPUs in all.")
-@click.option("--hours", type=click.FloatRange(min=0, min_open=True), required=True, help="Reservation length.")
-@click.option("--flavor", shell_complete=complete.flavors, help="DevServerFlavor (default: the cheapest that fits --gpus).")
-@click.option("--distributed", is_flag=True, help="Distributed mode over --replicas pods.")
-@click.option("--replicas", type=click.IntRange(1, 1024), help="Pods in distributed mode.")
-@click.option("--name", help="Server name (default: gpu<N>-<random>).")
-@click.option("--owner", metavar="EMAIL", help="Owner e-mail (default: config owner, git user.email).")
-@key_options
-@click.option("--wait", "wait_", is_flag=True, help="Wait until Ready: queue position and ETA, then the SSH command.")
-@click.option("--timeout", type=DURATION, default="2h", show_default=True, help="How long --wait waits.")
-@output_option()
-@kube_options()
-@click.pass_context
-def reserve(ctx: click.Context, gpus: int, hours: float, flavor: str | None, distributed: bool, replicas: int | None,
-            name: str | None, owner: str | None, ssh_key_files: tuple[str, ...], ssh_key_secret: dict | None,
-            no_user_keys: bool, wait_: bool, timeout: float, output: str) -> None:
-    """Reserve GPUs for --hours: a dev server with that reservation (spec.lifecycle.duration).
-
-    \b
-    Examples:
-      devctl reserve --gpus 1 --hours 4 --wait
-      devctl reserve --gpus 16 --hours 8 --distributed --replicas 2
-    """
-    from .devserver import create
-
-    settings = ctx.ensure_object(Settings)
-    if replicas and not distributed:
-        raise click.UsageError("--replicas needs --distributed")
-    replicas = replicas or 1
-    duration = hours_to_duration(hours)
-    if not flavor:
-        chosen = pick_flavor(settings.api.list_flavors(), gpus, replicas)
-        flavor = chosen["metadata"]["name"]
-        info(f"flavor {flavor} (the cheapest with {gpus // replicas} GPU(s) per pod)")
-    name = name or f"gpu{gpus}-{secrets.token_hex(3)}"
-    nprocs = max(1, gpus // replicas) if distributed else None
-    ctx.invoke(create, name=name, flavor=flavor, image=None, home_size=None, shared_claim=None, no_shared=False,
-               ssh_key_files=ssh_key_files, ssh_key_secret=ssh_key_secret, no_user_keys=no_user_keys, env=(),
-               idle_timeout=None, auto_shutdown=None, owner=owner,
-               distributed=distributed, replicas=replicas if distributed else None, nprocs_per_node=nprocs,
-               backend=None, wait_=wait_, timeout=timeout, dry_run=False, output=output, duration=duration)

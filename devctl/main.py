@@ -15,7 +15,7 @@ import sys
 import click
 
 from . import API_VERSION, __version__
-from .config import Settings
+from .settings import Settings
 from .context import kube_options, pass_settings
 from .errors import one_line
 from .output import dump_json, output_option
@@ -24,7 +24,7 @@ from .output import dump_json, output_option
 COMMANDS = {
     "create": "devserver:create", "list": "devserver:list_", "get": "devserver:get", "delete": "devserver:delete",
     "stop": "lifecycle:stop", "start": "lifecycle:start", "cancel": "lifecycle:cancel", "extend": "lifecycle:extend",
-    "keepalive": "lifecycle:keepalive", "autostop": "lifecycle:autostop", "reserve": "lifecycle:reserve", "ssh": "ssh:ssh", "run": "run:run",
+    "keepalive": "lifecycle:keepalive", "autostop": "lifecycle:autostop", "reserve": "devserver:reserve", "ssh": "ssh:ssh", "run": "run:run",
     "monitor": "monitor:monitor", "flavors": "flavor:flavors", "queue": "queue:queue", "quota": "quota:quota",
     "usage": "usage:usage", "whoami": "whoami:whoami", "config": "config:config_group", "admin": "admin:admin",
     "train": "train:train", "infer": "infer:infer", "completion": "completion:completion",

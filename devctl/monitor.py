@@ -13,14 +13,14 @@ from time import sleep as _sleep  # patched by the tests
 
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils import quantity
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL
 
-from . import completion as complete
-from .config import Settings
+from . import complete
+from .settings import Settings
 from .context import kube_options, pass_settings
-from .devserver import desired_replicas, phase_of, ready_column
 from .errors import ApiError, NotFound
 from .output import DurationType, age, dump_json, format_table, info, now, warn
-from .run import DEVSERVER_LABEL, container_of, pod_index
+from .servers import container_of, desired_replicas, phase_of, pod_index, ready_column
 
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
 HEADERS = ("replica", "pod", "phase", "ready", "restarts", "node", "age", "cpu", "memory", "gpus")

@@ -58,19 +58,11 @@ def now() -> datetime:
 
 
 def parse_time(value: Any) -> datetime | None:
-    """Parse an RFC3339 timestamp (``Z``, offsets, fractions) or a datetime."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    text = str(value).strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    """An RFC3339 timestamp (``Z``, offsets, fractions) or a datetime, in UTC; None for anything
+    else: the operator's one parser (module_utils/lifecycle.py ``time_or_none``)."""
+    from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import time_or_none  # lazy
+
+    return time_or_none(value)
 
 
 def human_duration(seconds: float) -> str:
@@ -257,5 +249,12 @@ def info(message: str) -> None:
 def stderr_is_tty() -> bool:
     try:
         return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def stdin_is_tty() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
     except (AttributeError, ValueError):
         return False

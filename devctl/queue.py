@@ -5,12 +5,11 @@ from typing import Any
 
 import click
 
-from .config import Settings
+from .settings import Settings
 from .context import kube_options, pass_settings
-from .devserver import desired_replicas
 from .errors import ApiError
-from .flavor import gpu_count
 from .output import age, info, output_option, print_object, print_table, truncate
+from .servers import desired_replicas, eta_column, gpu_count
 from .wait import condition
 
 
@@ -39,18 +38,6 @@ def queued_entry(obj: dict, gpus_per_pod: dict[str, int]) -> dict[str, Any]:
         "creationTimestamp": meta.get("creationTimestamp"),
         "message": (condition(obj, "Ready") or {}).get("message") or "",
     }
-
-
-def eta_column(when: str | None) -> str:
-    """"in 25m (10:40:00Z)", "now", or "unknown" (a holder has no reservation end)."""
-    if not when:
-        return "unknown"
-    from datetime import datetime, timezone
-
-    from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import format_duration, parse_time
-
-    left = (parse_time(when) - datetime.now(timezone.utc)).total_seconds()
-    return "now" if left <= 0 else f"in {format_duration(left)}"
 
 
 def _order(entry: dict) -> tuple:

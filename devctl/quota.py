@@ -13,13 +13,12 @@ from typing import Any
 import click
 
 from . import GROUP
-from .admin import validate_user
-from .config import Settings
+from .settings import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, NotFound
-from .flavor import gpu_count
 from .output import format_table, human_size, info, output_option, print_object, warn
-from .whoami import DEFAULT_QUEUE, find_devuser
+from .servers import gpu_count
+from .users import DEFAULT_QUEUE, find_devuser, validate_user
 
 RESOURCE_QUOTA = "torchdev-quota"
 GPU = "nvidia.com/gpu"

@@ -31,17 +31,15 @@ import time
 from dataclasses import dataclass, field
 
 import click
-from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL, POD_INDEX_LABEL
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import DEVSERVER_LABEL
 
-from . import completion as complete
-from .config import Settings
+from . import complete
+from .settings import Settings
 from .context import kube_options, pass_settings
-from .devserver import desired_replicas
 from .errors import ApiError, DevctlError
 from .output import DURATION, dump_json, human_duration, info, warn
+from .servers import container_of, desired_replicas, pod_index
 
-DEFAULT_CONTAINER = "dev"
-DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 LAUNCHER = "devrun"
 REMOTE_DIR = "/tmp/devctl-run"
 STOP_TIMEOUT = 15.0   # seconds between SIGTERM and SIGKILL of the kubectl processes
@@ -132,7 +130,7 @@ class RunPlan:
 
 
 def find_kubectl() -> str | None:
-    from .ssh import find_kubectl as find
+    from .tunnel import find_kubectl as find
 
     return find()
 
@@ -159,31 +157,6 @@ def _pod_ready(pod: dict) -> bool:
             return cond.get("status") == "True"
     statuses = status.get("containerStatuses") or []
     return bool(statuses) and all(c.get("ready") for c in statuses)
-
-
-def pod_index(pod: dict, name: str) -> int | None:
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("labels") or {}).get(POD_INDEX_LABEL)
-    if raw is None:
-        prefix = f"{name}-"
-        pod_name = meta.get("name") or ""
-        raw = pod_name[len(prefix):] if pod_name.startswith(prefix) else None
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def container_of(pod: dict | None) -> str:
-    if pod:
-        annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CONTAINER_ANNOTATION)
-        names = [c.get("name") for c in ((pod.get("spec") or {}).get("containers") or [])]
-        if annotated and annotated in names:
-            return annotated
-        if DEFAULT_CONTAINER in names or not names:
-            return DEFAULT_CONTAINER
-        return names[0]
-    return DEFAULT_CONTAINER
 
 
 def remote_path(local: str) -> str:

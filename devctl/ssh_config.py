@@ -1,7 +1,7 @@
 """``devctl ssh-config``: dev servers by name for ssh, scp, rsync and VS Code Remote-SSH.
 
 It writes one managed block at the top of ``~/.ssh/config`` (between the BEGIN and END lines
-below; everything else in the file is kept as it is): a ``Host`` entry per server (and per
+of ssh_hosts.py; everything else in the file is kept as it is): a ``Host`` entry per server (and per
 replica of a distributed one, ``<name>-<i>``) whose ``ProxyCommand`` is ``devctl ssh-proxy``:
 that connects stdin/stdout to the server's sshd, directly when its address answers from here,
 else through ``kubectl port-forward`` (as ``devctl ssh`` does).  A server with a direct address
@@ -12,7 +12,6 @@ server's entries; ``--remove`` removes the named ones (all: the whole block).
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import socket
 import sys
@@ -20,52 +19,13 @@ import threading
 
 import click
 
-from . import completion as complete
-from .config import Settings
+from . import complete
+from .settings import Settings
+from .tunnel import host_key_alias
 from .context import kube_options, pass_settings
 from .errors import DevctlError
 from .output import info
-
-BEGIN = "# BEGIN devctl ssh-config (managed by 'devctl ssh-config'; edits inside are replaced)"
-END = "# END devctl ssh-config"
-
-
-def default_path() -> str:
-    return os.path.join(os.path.expanduser("~"), ".ssh", "config")
-
-
-def split_block(text: str) -> tuple[list[list[str]], str]:
-    """(the managed block's entries, each a list of lines starting with its Host line; the
-    file without the block)."""
-    lines = text.splitlines()
-    if BEGIN not in lines:
-        return [], text
-    start = lines.index(BEGIN)
-    if END not in lines[start:]:  # edited by hand: nothing of the file may be lost
-        raise ValueError(f"the line {BEGIN!r} has no {END!r} after it: restore it, or remove the block by hand")
-    end = lines.index(END, start)
-    entries: list[list[str]] = []
-    for line in lines[start + 1:end]:
-        if line.startswith("Host "):
-            entries.append([line])
-        elif entries and line.strip():
-            entries[-1].append(line)
-    rest = lines[:start] + lines[end + 1:]
-    while rest and not rest[0].strip():
-        rest.pop(0)
-    return entries, "\n".join(rest) + ("\n" if rest else "")
-
-
-def entry_names(entry: list[str]) -> list[str]:
-    return entry[0].split()[1:]
-
-
-def join_block(entries: list[list[str]], rest: str) -> str:
-    if not entries:
-        return rest
-    body = "\n".join("\n".join(entry) for entry in entries)
-    return f"{BEGIN}\n{body}\n{END}\n" + (f"\n{rest}" if rest else "")
-
+from .ssh_hosts import default_path, entry_names, write_config
 
 def proxy_command(settings: Settings, namespace: str, name: str, replica: int | None) -> str:
     """The ProxyCommand: this Python running devctl (VS Code and scp run it without a PATH of
@@ -86,58 +46,12 @@ def host_entry(settings: Settings, namespace: str, name: str, user: str, replica
     """A server's (or replica's) Host entry: through ``devctl ssh-proxy``, or with a ``direct``
     (host, port) straight there; the host key kept by the server's name either way (HostKeyAlias:
     the node, hence the address, may change)."""
-    from .ssh import host_key_alias
-
     host = name if replica is None else f"{name}-{replica}"
     alias = host_key_alias(host, namespace)
     where = [f"  HostName {direct[0]}", f"  Port {direct[1]}"] if direct else [f"  HostName {alias}"]
     via = [] if direct else [f"  ProxyCommand {proxy_command(settings, namespace, name, replica)}"]
     return [f"Host {host} {host}.{namespace}", *where, f"  User {user}", f"  HostKeyAlias {alias}", *via,
             "  ServerAliveInterval 30"]
-
-
-def write_config(path: str, add: list[list[str]], remove: set[str], remove_all: bool = False) -> list[str]:
-    """Apply to the file at ``path``: drop the entries named in ``remove`` (or all), add (or
-    replace, by their names) ``add``; the file is created 0600 (its directory 0700) and written
-    atomically. Returns the host names now in the block."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        text = ""
-    try:
-        entries, rest = split_block(text)
-    except ValueError as exc:
-        raise DevctlError(f"{path}: {exc}") from None
-    names = {n for entry in add for n in entry_names(entry)} | set(remove)
-    kept = [] if remove_all else [e for e in entries if not set(entry_names(e)) & names]
-    entries = kept + add
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    tmp = f"{path}.devctl-tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(join_block(entries, rest))
-    if os.path.exists(path):
-        os.chmod(tmp, os.stat(path).st_mode & 0o777)
-    os.replace(tmp, path)
-    return [entry_names(e)[0] for e in entries]
-
-
-def forget(names: list[str], namespace: str, path: str | None = None) -> None:
-    """Remove the entries of the servers ``names`` of ``namespace`` (with their replicas') if the
-    block has them: what ``devctl delete`` calls; a file without them is not touched."""
-    path = path or default_path()
-    try:
-        with open(path, encoding="utf-8") as fh:
-            entries, _rest = split_block(fh.read())
-    except (OSError, ValueError):  # no file, or a block edited by hand: left alone
-        return
-    ours = [re.compile(r"^  (HostName|HostKeyAlias) %s(-\d+)?\.%s\.devserver$" % (re.escape(n), re.escape(namespace)))
-            for n in names]
-    gone = {n for entry in entries if any(p.match(line) for p in ours for line in entry) for n in entry_names(entry)}
-    if gone:
-        write_config(path, [], gone)
 
 
 @click.command("ssh-config")
@@ -161,8 +75,8 @@ def ssh_config(settings: Settings, names: tuple[str, ...], user: str, remove: bo
       rsync -a ./data my-dev:data/
       devctl ssh-config --remove my-dev
     """
-    from .devserver import desired_replicas
-    from .ssh import direct_address
+    from .servers import desired_replicas
+    from .tunnel import direct_address
 
     path = path or default_path()
     if remove:
@@ -219,7 +133,7 @@ def _pump(source, sink) -> None:
 @pass_settings
 def ssh_proxy(settings: Settings, name: str, replica: int | None) -> None:
     """ProxyCommand of 'devctl ssh-config': stdin/stdout to dev server NAME's sshd."""
-    from .ssh import forwarded, plan_ssh
+    from .tunnel import forwarded, plan_ssh
 
     plan = plan_ssh(settings, name, replica, "dev", ())
     try:

@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from . import API_VERSION, GROUP
-from . import completion as complete
-from .config import Settings
+from . import complete
+from .settings import Settings
 from .context import kube_options, pass_settings
 from .errors import ApiError, DevctlError
 from .output import (LIST_FORMATS, DurationType, age, output_option, print_object, print_objects,

@@ -15,7 +15,7 @@ from typing import Any
 import click
 from ansible_collections.torchdev.operator.plugins.module_utils.usage import KINDS, RECORD_END_REASONS, usage_summary
 
-from .config import Settings
+from .settings import Settings
 from .context import kube_options, pass_settings
 from .output import DURATION, format_table, human_duration, info, now, output_option, print_object
 

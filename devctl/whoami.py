@@ -1,23 +1,16 @@
 """``devctl whoami``: who the cluster says I am, and which DevUser and namespace are mine."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import click
-from ansible_collections.torchdev.operator.plugins.module_utils.constants import (
-    LOCAL_QUEUE, NAMESPACE_PREFIX, USER_LABEL)
+from ansible_collections.torchdev.operator.plugins.module_utils.constants import USER_LABEL
 
-from .config import EMAIL_RE, Settings, user_from_owner
+from .settings import Settings
 from .context import kube_options, pass_settings
-from .errors import ApiError, DevctlError, NotFound
+from .errors import ApiError, DevctlError
 from .output import output_option, print_object, warn
-
-# the LocalQueue the DevUser role creates in the namespace dev-<user>
-DEFAULT_QUEUE = LOCAL_QUEUE
-
-
-def _email_like(text: str | None) -> bool:
-    return bool(text and EMAIL_RE.match(text))
+from .users import DEFAULT_QUEUE, email_like, find_devuser
 
 
 def identity(settings: Settings) -> dict[str, Any]:
@@ -39,46 +32,6 @@ def identity(settings: Settings) -> dict[str, Any]:
     else:
         out.update(username=context.get("user"), groups=[], source="kubeconfig")
     return out
-
-
-def find_devuser(api, *, name: str | None = None, emails: Iterable[str | None] = (),
-                 namespace: str | None = None) -> tuple[dict | None, str | None]:
-    """My DevUser and how it was found: by ``name`` (must exist), else by e-mail, by the
-    namespace (``dev-<user>`` or ``status.namespace``), or by the e-mail's local part.
-    Users who may not list DevUsers (cluster-scoped) fall back to reading them by name;
-    ``(None, "forbidden")`` when they may not read them either."""
-    if name:
-        return api.get_devuser(name), "name"
-    emails = {e.lower() for e in emails if _email_like(e)}
-    ns_user = namespace[len(NAMESPACE_PREFIX):] if namespace and namespace.startswith(NAMESPACE_PREFIX) else None
-    forbidden = False
-    try:
-        items = api.list_devusers()
-    except ApiError as exc:
-        if exc.status not in (403, 404):
-            raise
-        items, forbidden = None, exc.status == 403
-    if items is not None:
-        for obj in items:
-            if str((obj.get("spec") or {}).get("email", "")).lower() in emails:
-                return obj, "email"
-        for obj in items:
-            ns_of = (obj.get("status") or {}).get("namespace")
-            if (namespace and ns_of == namespace) or obj["metadata"]["name"] == ns_user:
-                return obj, "namespace"
-        return None, None
-    candidates = [(ns_user, "namespace")] + [(user_from_owner(e), "email") for e in sorted(emails)]
-    for candidate, how in candidates:
-        if not candidate:
-            continue
-        try:
-            return api.get_devuser(candidate), how
-        except NotFound:
-            forbidden = False
-        except ApiError as exc:
-            if exc.status not in (403, 404):
-                raise
-    return None, "forbidden" if forbidden else None
 
 
 def from_namespace(api, namespace: str) -> dict[str, Any]:
@@ -128,7 +81,7 @@ def whoami_info(settings: Settings) -> dict[str, Any]:
     me["namespaceFrom"] = settings.namespace_origin(namespace) if namespace else None
     if obj is None:
         readable = how != "forbidden"
-        me.update(email=next((e for e in (username, owner) if _email_like(e)), None),
+        me.update(email=next((e for e in (username, owner) if email_like(e)), None),
                   namespace=namespace, devUserReadable=readable, phase=None, quota=None)
         found = from_namespace(api, namespace) if namespace else {
             "devUser": None, "queue": None, "clusterQueue": None, "kueue": None}

@@ -4,13 +4,14 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
+from kubesim.controllers._util import parse_time
 from kubesim.registry import ResourceType
 
 
 def _age(ts: str | None) -> str:
-    if not ts:
+    then = parse_time(ts)
+    if then is None:
         return "<unknown>"
-    then = _dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
     s = int((_dt.datetime.now(_dt.timezone.utc) - then).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if s >= size:

@@ -18,7 +18,7 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
     IMAGE_LACKS_SSH_EXIT_CODE, IMAGE_LACKS_SSH_PREFIX, POD_INDEX_LABEL)
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver import spec_warnings
 from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import (
-    lifecycle_status, reservation_active, reservation_problem, stopped_phase)
+    lifecycle_status, parse_time, reservation_active, reservation_problem, stopped_phase, time_or_none)
 from ansible_collections.torchdev.operator.plugins.module_utils.startup import startup
 
 def _sts_counts(sts):
@@ -181,21 +181,9 @@ def _event_time(event):
     for stamp in (((event.get("series") or {}) if isinstance(event.get("series"), dict) else {}).get("lastObservedTime"),
                   event.get("lastTimestamp"), event.get("eventTime"), event.get("firstTimestamp"),
                   (event.get("metadata") or {}).get("creationTimestamp") if isinstance(event.get("metadata"), dict) else None):
-        when = _rfc3339(stamp)
+        when = time_or_none(stamp)
         if when is not None:
             return when
-    return None
-
-
-def _rfc3339(value):
-    """A kube timestamp (seconds, or MicroTime's microseconds), UTC; None for anything else."""
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
-        try:
-            return datetime.datetime.strptime(value, fmt).replace(tzinfo=datetime.timezone.utc)
-        except ValueError:
-            continue
     return None
 
 
@@ -217,7 +205,7 @@ def pod_create_refusals(name, sts, events, pods, desired_replicas):
     except (TypeError, ValueError, OverflowError):
         return []
     meta = sts.get("metadata") if isinstance(sts.get("metadata"), dict) else {}
-    born = _rfc3339(meta.get("creationTimestamp"))
+    born = time_or_none(meta.get("creationTimestamp"))
     existing = set()
     for pod in pods if isinstance(pods, list) else []:
         if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
@@ -594,22 +582,12 @@ def requeue_period(status, now=None, minimum=2, maximum=60, deadline="", previou
             stamp = cond.get("lastTransitionTime") or (
                 old.get("lastTransitionTime") if old.get("status") == cond.get("status") else None)
             if stamp:
-                since = _parse_time(stamp)
-        current = _parse_time(now) if now else datetime.datetime.now(datetime.timezone.utc)
+                since = parse_time(stamp)
+        current = parse_time(now) if now else datetime.datetime.now(datetime.timezone.utc)
         waited = (current - since).total_seconds() if since and current else 0
         periods.append(int(max(minimum, min(maximum, waited / 4))))
         eta = (status.get("queue") or {}).get("estimatedStartTime") if status.get("phase") == "Queued" else None
         if eta and current:
-            until = (_parse_time(eta) - current).total_seconds()
+            until = (parse_time(eta) - current).total_seconds()
             periods.append(int(math.ceil(until)) if until >= minimum else int(max(minimum, min(maximum, -until / 4))))
     return "%ds" % min(periods) if periods else ""
-
-
-def _parse_time(value):
-    if isinstance(value, datetime.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
-    try:
-        return datetime.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=datetime.timezone.utc)
-    except ValueError:
-        raise ValueError("not an RFC 3339 UTC time: %r" % (value,))

@@ -60,6 +60,16 @@ def parse_time(value):
         raise ValueError(str(exc) if "no zone" in str(exc) else "not an RFC 3339 time: %r" % (_short(value),))
 
 
+def time_or_none(value):
+    """parse_time's datetime, or None for anything that is not an RFC 3339 time (None, "", text,
+    any other type): for a time read from what anyone may write (an Event, a status devctl
+    shows), where a bad one is skipped.  Never raises."""
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
 def format_time(value):
     return parse_time(value).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -58,12 +58,13 @@ from ansible_collections.torchdev.operator.plugins.module_utils.constants import
     TRAINING_LIBRARY_STATUS_FIELDS, TRAINING_PERMANENT_EXIT_CODES, TRAINING_RUN_ANNOTATION, TRAININGJOB_REASONS,
     TRAININGJOB_STATES)
 from ansible_collections.torchdev.operator.plugins.module_utils.devserver_status import (
-    _REFUSAL_LIMIT, _REFUSERS, _event_time, _rfc3339, REASON_POD_CREATE_REFUSED)
+    _REFUSAL_LIMIT, _REFUSERS, _event_time, REASON_POD_CREATE_REFUSED)
 from ansible_collections.torchdev.operator.plugins.module_utils.eviction import (  # noqa: F401 (tests read them here)
     _REASON, _before, _fmt, _text, _time, DEACTIVATED, MESSAGE_LIMIT, EVICTED, EVICTIONS_MAX, PREEMPTED, READMITTED, eviction_event,
     track_evictions, usage_end_reason, workload_eviction, workload_readmission)
 from ansible_collections.torchdev.operator.plugins.module_utils.eviction import evicted_condition as generic_evicted_condition
 from ansible_collections.torchdev.operator.plugins.module_utils.kueue import queue_problem
+from ansible_collections.torchdev.operator.plugins.module_utils.lifecycle import time_or_none
 from ansible_collections.torchdev.operator.plugins.module_utils.trainingjob import attempt_of, normalize
 
 MAX_BACKOFF = 300
@@ -183,7 +184,7 @@ def job_pod_refusals(job, events, pods, workers):
         wanted = int(workers or 0)
     except (TypeError, ValueError, OverflowError):
         return ""
-    born = _rfc3339(meta.get("creationTimestamp"))
+    born = time_or_none(meta.get("creationTimestamp"))
     existing = set()
     for pod in pods if isinstance(pods, list) else []:
         if isinstance(pod, dict) and isinstance(pod.get("metadata"), dict) and _owned_by(pod, job) \

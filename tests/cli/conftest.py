@@ -29,10 +29,10 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("DEVCTL_CONFIG", str(tmp_path / "devctl.yaml"))
-    import devctl.config
+    import devctl.settings
     import devctl.wait
 
-    monkeypatch.setattr(devctl.config, "git_user_email", lambda: None)
+    monkeypatch.setattr(devctl.settings, "git_user_email", lambda: None)
     monkeypatch.setattr(devctl.wait, "POLL_INTERVAL", 0.02)
     return home
 

@@ -6,7 +6,7 @@ import click
 import pytest
 
 from devctl.errors import DevctlError
-from devctl.lifecycle import hours_to_duration, pick_flavor
+from devctl.devserver import hours_to_duration, pick_flavor
 
 
 def flavor(name, gpus, price=None):

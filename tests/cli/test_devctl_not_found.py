@@ -69,9 +69,9 @@ def test_reading_a_missing_namespace_is_that_object_not_found():
 @pytest.fixture
 def fresh_user(tmp_path, monkeypatch):
     """A new user's setup: no devctl config, no -n, git's user.email newbie@example.com."""
-    import devctl.config
+    import devctl.settings
 
-    monkeypatch.setattr(devctl.config, "git_user_email", lambda: "newbie@example.com")
+    monkeypatch.setattr(devctl.settings, "git_user_email", lambda: "newbie@example.com")
 
 
 def test_a_fresh_setup_is_told_its_namespace_is_missing(sim, fresh_user):

@@ -102,9 +102,9 @@ def test_namespace_falls_back_to_user_env(monkeypatch):
 
 
 def test_namespace_from_owner_local_part(monkeypatch):
-    import devctl.config
+    import devctl.settings
 
-    monkeypatch.setattr(devctl.config, "git_user_email", lambda: "Jane.Doe+gpu@example.com")
+    monkeypatch.setattr(devctl.settings, "git_user_email", lambda: "Jane.Doe+gpu@example.com")
     eff = _effective()
     assert eff["owner"] == "Jane.Doe+gpu@example.com"
     assert eff["namespace"] == "dev-jane-doe-gpu"

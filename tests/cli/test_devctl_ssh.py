@@ -17,7 +17,7 @@ from devctl_helpers import as_json
 @pytest.fixture
 def probes(monkeypatch):
     """Replace the reachability probe; records the (host, port) pairs it was asked about."""
-    import devctl.ssh
+    import devctl.tunnel
 
     calls: list[tuple[str, int]] = []
     state = {"reachable": set()}
@@ -26,7 +26,7 @@ def probes(monkeypatch):
         calls.append((host, port))
         return (host, port) in state["reachable"] or "*" in state["reachable"]
 
-    monkeypatch.setattr(devctl.ssh, "tcp_reachable", fake)
+    monkeypatch.setattr(devctl.tunnel, "tcp_reachable", fake)
     state["calls"] = calls
     return state
 
@@ -191,7 +191,7 @@ def test_reachability_probe_wants_an_ssh_banner(greeting, expected):
     import socket
     import threading
 
-    import devctl.ssh
+    import devctl.tunnel
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -211,7 +211,7 @@ def test_reachability_probe_wants_an_ssh_banner(greeting, expected):
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     try:
-        assert devctl.ssh.tcp_reachable("127.0.0.1", port, timeout=0.5, banner=b"SSH-") is expected
+        assert devctl.tunnel.tcp_reachable("127.0.0.1", port, timeout=0.5, banner=b"SSH-") is expected
     finally:
         t.join(2)
         srv.close()

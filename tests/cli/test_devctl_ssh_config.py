@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devctl.ssh_config import BEGIN, END, split_block
+from devctl.ssh_hosts import BEGIN, END, split_block
 from _support import free_port as _free_port, system_tool as _which
 
 USER_CONFIG = "Host other\n  HostName example.org\n  User me\n"
@@ -89,7 +89,7 @@ def test_ssh_and_scp_by_name(devctl, cluster, sim, sshd, tmp_path):
     # Written again: replaced, not duplicated; deleting the server takes its entry out.
     assert devctl("ssh-config", "my-dev", "--file", str(config), "--user", me).exit_code == 0
     assert config.read_text().count("Host my-dev ") == 1
-    from devctl.ssh_config import forget
+    from devctl.ssh_hosts import forget
 
     forget(["my-dev"], "another-namespace", str(config))  # another namespace's server of that name
     assert "Host my-dev " in config.read_text()
@@ -121,7 +121,7 @@ def test_a_block_edited_by_hand_is_never_lost(devctl, cluster, sshd, tmp_path):
     result = devctl("ssh-config", "--file", str(config))
     assert result.exit_code == 1 and "has no" in result.output and "END" in result.output
     assert config.read_text() == text
-    from devctl.ssh_config import forget
+    from devctl.ssh_hosts import forget
 
     forget(["old"], cluster.ns, str(config))
     assert config.read_text() == text
@@ -146,7 +146,7 @@ def test_a_server_with_a_direct_address_gets_hostname_and_port(devctl, cluster, 
     assert any(line.startswith("  ProxyCommand ") for line in entries["waiting"])  # no address yet: devctl finds one
     proc = _ssh(sshd, config, "direct", "echo", "direct-$((6*7))")
     assert proc.returncode == 0 and proc.stdout.strip() == "direct-42", proc.stderr
-    from devctl.ssh_config import forget
+    from devctl.ssh_hosts import forget
 
     forget(["direct"], cluster.ns, str(config))
     assert sorted(e[0].split()[1] for e in split_block(config.read_text())[0]) == ["waiting"]

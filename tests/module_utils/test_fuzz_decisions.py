@@ -377,7 +377,7 @@ FUZZED = {
                  "server_release"],
     "labels": ["owner_label", "devserver_labels", "usage_labels", "devuser_labels", "owner_reference"],
     "lifecycle": ["reservation_problem", "activity_report", "activity_reports", "idle_since", "reservation_active",
-                  "lifecycle_status", "queued_at", "spec_replicas", "stopped_phase"],
+                  "lifecycle_status", "queued_at", "spec_replicas", "stopped_phase", "time_or_none"],
     "plan": ["kind_of", "plain", "checksum", "is_subset", "object_key", "stamp", "observed_objects", "drift",
              "prune", "plan", "find", "preserve_immutable", "home_resizes", "applied_objects"],
     "rendezvous": ["flavor_gpu_count", "nccl_defaults", "replicas", "rendezvous_endpoint", "rendezvous_env",

@@ -397,3 +397,21 @@ def test_an_unreadable_keepalive_is_ignored(keepalive):
     cr["status"] = {"reservation": {"startedAt": T0}}
     out = lifecycle.lifecycle_status(cr, True, at(200), activity=activity("idle", at(100)), pods=[POD])
     assert out["idle"]["deadline"] == at(3700)
+
+
+# -- time_or_none: the one RFC 3339 parser for a time anyone may write (devctl, Events) --------
+
+@pytest.mark.parametrize("value, expected", [
+    ("2026-11-24T10:00:00Z", "2026-11-24T10:00:00+00:00"),
+    ("2026-11-24T10:00:00.123456Z", "2026-11-24T10:00:00.123456+00:00"),    # an Event's MicroTime
+    ("2026-11-24T11:00:00+01:00", "2026-11-24T10:00:00+00:00"),             # an offset: the same instant in UTC
+    (" 2026-11-24T10:00:00Z ", "2026-11-24T10:00:00+00:00"),
+])
+def test_time_or_none_reads_rfc3339(value, expected):
+    assert lifecycle.time_or_none(value).isoformat() == expected
+
+
+@pytest.mark.parametrize("value", [None, "", "soon", "2026-11-24T10:00:00", "0001-01-01T00:00:00+01:00",
+                                   "9999-12-31T23:59:59-01:00", "x" * 100000, 17, 1.5, [], {}, b"2026-11-24T10:00:00Z"])
+def test_time_or_none_never_raises(value):
+    assert lifecycle.time_or_none(value) is None
