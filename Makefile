@@ -276,6 +276,7 @@ bench: setup ## Run the benchmarks in bench/ and print their figures
 	$(BIN)/python -m bench.exporter
 	$(BIN)/python -m bench.lifecycle
 	$(BIN)/python -m bench.queue_eta
+	$(BIN)/python -m bench.devctl_start --no-check
 
 bench-real: setup cluster-build operator-build $(IMAGE_STAMP) ## The DevServer burst on the real ansible-operator and control plane against its floor, then the local runtime's (bench/reconcile.py --real)
 	PYTHONPATH=tests $(BIN)/python -m bench.reconcile --real --burst $(BURST)

@@ -32,10 +32,73 @@ COMMANDS = {
 }
 
 
+# What `devctl --help` lists for each command of COMMANDS without importing it: the first
+# paragraph of its help (tests/cli/test_devctl_help_fast.py keeps them equal); None: hidden.
+SUMMARIES = {
+    'admin': 'Onboard and offboard users (DevUser objects; cluster admins).',
+    'autostop': ('Change when running or stopped servers (NAME... or -l SELECTOR) stop by themselves when idle: --idle'
+            ' 30m, or --off; without either, show the setting. The operator applies it to a running server at its'
+            ' next reconcile (the idle deadline moves; no restart).'),
+    'cancel': ('End the reservation of NAME now (recorded as cancelled): the server stops, its home and the '
+            "DevServer are kept, unlike 'devctl delete'."),
+    'completion': 'Print the shell completion script for SHELL (bash, zsh or fish).',
+    'config': 'View or change the devctl config file (namespace, owner, github-user).',
+    'create': 'Create a dev server NAME of flavor --flavor.',
+    'delete': 'Delete dev servers (NAME... or -l SELECTOR). Home volumes are kept unless --purge.',
+    'extend': ("Add --hours to the reservation of NAME (spec.lifecycle.duration), within the cluster's and your "
+            "DevUser's maximum; the new expiry is printed once the operator has applied it."),
+    'flavors': ('List the dev server flavors (GPU type and count, CPU, memory, price; -o wide adds the node selector '
+            "and the tolerations' keys)."),
+    'get': ('Show dev servers (NAME... or -l SELECTOR): spec, status, conditions, pods and recent events; -o '
+            'json|yaml prints the object (a List for several or -l), -o name their names.'),
+    'infer': 'Image inference on a GPU, ephemeral (EphemeralAccelerationJobs): upload, run, download.',
+    'keepalive': ("Keep NAME running while idle for --hours (spec.lifecycle.keepAliveUntil); the reservation's expiry "
+            'still holds.'),
+    'list': 'List dev servers (-o wide adds the image, replicas, owner and SSH command).',
+    'monitor': 'Watch the replicas of dev server NAME: phase, readiness, restarts, node, age, CPU/memory.',
+    'queue': 'List my dev servers waiting for GPUs (Kueue): position, ClusterQueue, flavor, GPUs.',
+    'quota': 'Show the quota, used and limit, per flavor: GPUs, CPU, memory; storage and dev servers.',
+    'reserve': 'Reserve GPUs for --hours: a dev server with that reservation (spec.lifecycle.duration).',
+    'run': 'Run SCRIPT with torchrun (devrun) on every replica of dev server NAME.',
+    'ssh': 'SSH into dev server NAME (extra arguments after -- go to ssh).',
+    'ssh-config': ('Write ssh config entries for dev servers NAMES (default: every server of the namespace with SSH on),'
+            ' so that `ssh NAME`, scp, rsync and VS Code Remote-SSH work by name. A server with a direct address '
+            '(spec.ssh.serviceType NodePort or LoadBalancer) gets its HostName and Port; the others a '
+            'ProxyCommand through devctl.'),
+    'ssh-proxy': None,
+    'start': ('Start stopped, expired or cancelled dev servers (NAME... or -l SELECTOR): they queue again (with '
+            'Kueue) and a new reservation of spec.lifecycle.duration starts when each is Ready.'),
+    'stop': ('Stop dev servers (NAME... or -l SELECTOR): scale to zero, keep their homes; ends their reservations.'
+            " 'devctl start' resumes them."),
+    'train': 'Distributed PyTorch training runs (TrainingJobs): submit, watch, suspend, resume.',
+    'usage': ('What reservations and job runs used: launched, ended by reason, early cancellations, mean wait, GPU-'
+            'hours, cost and the GPU-hours idle shutdown saved, per user, per flavor and per kind (DevServer, '
+            'EphemeralAccelerationJob, TrainingJob).'),
+    'whoami': 'Show who you are to the cluster, and your DevUser, namespace, queue and quota.',
+}
+
+
 class DevctlGroup(click.Group):
     """Prints every error as one ``error: ...`` line: exit 2 for usage, 1 otherwise.  The
     commands of ``COMMANDS`` are imported when they are looked up (click's lazily loaded
     subcommands)."""
+
+    def format_commands(self, ctx, formatter):
+        """click's list of commands, from SUMMARIES for those not imported yet: ``devctl --help``
+        imports no command module."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name)
+            if command is None and name in SUMMARIES:
+                rows.append((name, SUMMARIES[name]))
+            elif command is not None and not command.hidden:
+                rows.append((name, command))
+        rows = [(name, text) for name, text in rows if text is not None]
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, text.get_short_help_str(limit) if isinstance(text, click.Command)
+                                     else click.utils.make_default_short_help(text, limit)) for name, text in rows])
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
