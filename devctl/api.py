@@ -1,9 +1,11 @@
-"""Thin layer over the kubernetes Python client.
+"""The Kubernetes calls devctl makes.
 
 Everything here returns plain dicts (camelCase, like the API's JSON) and raises
-:class:`devctl.errors.ApiError` subclasses with one-line messages. The
-``kubernetes`` package is imported lazily, on the first call that needs it, so
-``devctl --help`` stays fast and works without it.
+:class:`devctl.errors.ApiError` subclasses with one-line messages. Reads of torchdev
+objects go through the light client of ``devctl.rest`` (no kubernetes import: ``devctl
+list`` costs what kubectl does); the rest through the ``kubernetes`` package, imported
+lazily on the first call that needs it, so ``devctl --help`` stays fast and works
+without it.
 """
 from __future__ import annotations
 
@@ -120,9 +122,56 @@ class Api:
         api_client.user_agent = f"devctl/{__version__}"
         return api_client
 
+    @cached_property
+    def rest(self):
+        """The light client of devctl's reads (devctl.rest), None where the kubeconfig needs
+        the kubernetes client (auth-provider, proxy-url) or there is none."""
+        from .rest import connect  # lazy
+
+        paths = kubeconfig_paths(self.kubeconfig)
+        if self.kubeconfig and not os.path.exists(paths[0]):
+            raise DevctlError(f"kubeconfig {self.kubeconfig} does not exist")
+        try:
+            return connect(paths, self.context, f"devctl/{__version__}")
+        except DevctlError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ssl errors (a bad CA or key), malformed entries
+            raise DevctlError(f"invalid Kubernetes configuration ({os.pathsep.join(paths)}): "
+                              f"{one_line(exc)}") from None
+
     @property
     def host(self) -> str:
+        if "rest" in self.__dict__ and self.rest is not None:
+            return self.rest.host
         return self.client.configuration.host
+
+    def _read(self, path: str, fallback: Callable, *args, kind: str, name: str | None = None,
+              namespace: str | None = None, resource: str | None = None, label_selector: str | None = None) -> Any:
+        """GET `path` through the light client, or `fallback(*args)` through the kubernetes
+        client where the light one cannot connect; errors translated alike."""
+        if self.rest is None:
+            kwargs = {"label_selector": label_selector} if label_selector else {}
+            return self._call(fallback, *args, kind=kind, name=name, namespace=namespace, resource=resource, **kwargs)
+        import urllib3
+
+        from .rest import HTTPStatusError
+
+        try:
+            return self.rest.request("GET", path, {"labelSelector": label_selector}, self.request_timeout)
+        except HTTPStatusError as exc:
+            raise self._translate(exc, kind, name, namespace, resource) from None
+        except urllib3.exceptions.HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(reason)}") from None
+        except OSError as exc:
+            raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(exc)}") from None
+
+    def _custom_path(self, plural: str, namespace: str | None = None, name: str | None = None,
+                     group: str = GROUP, version: str = VERSION) -> str:
+        from urllib.parse import quote
+
+        path = f"/apis/{group}/{version}" + (f"/namespaces/{quote(namespace, safe='')}" if namespace else "")
+        return path + f"/{plural}" + (f"/{quote(name, safe='')}" if name else "")
 
     @cached_property
     def custom(self):
@@ -217,21 +266,22 @@ class Api:
 
     # DevServers ----------------------------------------------------------------
     def get_devserver(self, namespace: str, name: str) -> dict:
-        return self._call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace,
-                          DEVSERVERS, name, kind="devserver", name=name, namespace=namespace,
-                          resource=f"{DEVSERVERS}.{GROUP}")
+        return self._read(self._custom_path(DEVSERVERS, namespace, name),
+                          lambda **kw: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, DEVSERVERS,
+                                                                                name, **kw),
+                          kind="devserver", name=name, namespace=namespace, resource=f"{DEVSERVERS}.{GROUP}")
 
     def _list_namespaced(self, plural: str, kind: str, namespace: str | None,
                          selector: str | None = None) -> list[dict]:
         """The objects of a namespaced torchdev kind in ``namespace`` (None: every namespace)
         whose labels match ``selector`` (a label selector the API server applies)."""
-        kwargs = {"label_selector": selector} if selector else {}
         if namespace is None:
-            result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, plural,
-                                kind=kind, resource=f"{plural}.{GROUP}", **kwargs)
+            fallback = lambda **kw: self.custom.list_cluster_custom_object(GROUP, VERSION, plural, **kw)  # noqa: E731
         else:
-            result = self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace,
-                                plural, kind=kind, namespace=namespace, resource=f"{plural}.{GROUP}", **kwargs)
+            fallback = lambda **kw: self.custom.list_namespaced_custom_object(  # noqa: E731
+                GROUP, VERSION, namespace, plural, **kw)
+        result = self._read(self._custom_path(plural, namespace), fallback, kind=kind, namespace=namespace,
+                            resource=f"{plural}.{GROUP}", label_selector=selector)
         return list(result.get("items") or [])
 
     def list_devservers(self, namespace: str | None, selector: str | None = None) -> list[dict]:
@@ -255,13 +305,14 @@ class Api:
 
     # flavors --------------------------------------------------------------------
     def get_flavor(self, name: str) -> dict:
-        return self._call(self.custom.get_cluster_custom_object, GROUP, VERSION, FLAVORS, name,
+        return self._read(self._custom_path(FLAVORS, name=name),
+                          lambda **kw: self.custom.get_cluster_custom_object(GROUP, VERSION, FLAVORS, name, **kw),
                           kind="devserverflavor", name=name, resource=f"{FLAVORS}.{GROUP}")
 
     def list_flavors(self, selector: str | None = None) -> list[dict]:
-        result = self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, FLAVORS,
-                            kind="devserverflavor", resource=f"{FLAVORS}.{GROUP}",
-                            **({"label_selector": selector} if selector else {}))
+        result = self._read(self._custom_path(FLAVORS),
+                            lambda **kw: self.custom.list_cluster_custom_object(GROUP, VERSION, FLAVORS, **kw),
+                            kind="devserverflavor", resource=f"{FLAVORS}.{GROUP}", label_selector=selector)
         return list(result.get("items") or [])
 
     # core objects ---------------------------------------------------------------------
