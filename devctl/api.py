@@ -41,23 +41,11 @@ def kubeconfig_paths(kubeconfig: str | None) -> list[str]:
 
 def _load_kubeconfig_files(kubeconfig: str | None) -> tuple[str | None, dict[str, dict]]:
     """Merge kubeconfig files like kubectl: first current-context and first context wins."""
-    import yaml  # lazy
+    from .rest import merged_kubeconfig  # lazy
 
-    current: str | None = None
-    contexts: dict[str, dict] = {}
-    for path in kubeconfig_paths(kubeconfig):
-        try:
-            with open(path) as fh:
-                data = yaml.safe_load(fh) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        if not isinstance(data, dict):
-            continue
-        current = current or data.get("current-context") or None
-        for entry in data.get("contexts") or []:
-            if isinstance(entry, dict) and entry.get("name") and entry["name"] not in contexts:
-                contexts[entry["name"]] = entry.get("context") or {}
-    return current, contexts
+    current, merged = merged_kubeconfig(kubeconfig_paths(kubeconfig))
+    return current, {name: {k: v for k, v in entry.items() if k != "_dir"}
+                     for name, entry in merged["contexts"].items()}
 
 
 def kubeconfig_context(kubeconfig: str | None, context: str | None) -> tuple[str | None, dict]:
@@ -152,19 +140,11 @@ class Api:
         if self.rest is None:
             kwargs = {"label_selector": label_selector} if label_selector else {}
             return self._call(fallback, *args, kind=kind, name=name, namespace=namespace, resource=resource, **kwargs)
-        import urllib3
-
         from .rest import HTTPStatusError
 
-        try:
-            return self.rest.request("GET", path, {"labelSelector": label_selector}, self.request_timeout)
-        except HTTPStatusError as exc:
-            raise self._translate(exc, kind, name, namespace, resource) from None
-        except urllib3.exceptions.HTTPError as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(reason)}") from None
-        except OSError as exc:
-            raise ApiError(f"cannot reach the Kubernetes API at {self.host}: {one_line(exc)}") from None
+        return self._guarded(lambda: self.rest.request("GET", path, {"labelSelector": label_selector},
+                                                       self.request_timeout),
+                             HTTPStatusError, kind, name, namespace, resource)
 
     def _custom_path(self, plural: str, namespace: str | None = None, name: str | None = None,
                      group: str = GROUP, version: str = VERSION) -> str:
@@ -219,11 +199,19 @@ class Api:
     def _call(self, fn: Callable, *args, kind: str, name: str | None = None,
               namespace: str | None = None, resource: str | None = None, **kwargs) -> Any:
         from kubernetes.client.exceptions import ApiException  # lazy
+
+        return self._guarded(lambda: fn(*args, _request_timeout=self.request_timeout, **kwargs), ApiException,
+                             kind, name, namespace, resource)
+
+    def _guarded(self, send: Callable[[], Any], status_error: type, kind: str, name: str | None,
+                 namespace: str | None, resource: str | None) -> Any:
+        """`send()`, its error answers (`status_error`: status, reason, body) and unreachable
+        servers as one-line ApiErrors."""
         import urllib3
 
         try:
-            return fn(*args, _request_timeout=self.request_timeout, **kwargs)
-        except ApiException as exc:
+            return send()
+        except status_error as exc:
             raise self._translate(exc, kind, name, namespace, resource) from None
         except urllib3.exceptions.HTTPError as exc:
             reason = getattr(exc, "reason", None) or exc

@@ -33,7 +33,7 @@ class HTTPStatusError(Exception):
         self.status, self.reason, self.body = status, reason, body
 
 
-def _merged(paths: list[str]) -> tuple[str | None, dict[str, dict]]:
+def merged_kubeconfig(paths: list[str]) -> tuple[str | None, dict[str, dict]]:
     """current-context and {"contexts"|"clusters"|"users": {name: entry}}, each entry with the
     directory of the file that named it (``_dir``) for its relative paths."""
     import yaml  # lazy
@@ -50,9 +50,9 @@ def _merged(paths: list[str]) -> tuple[str | None, dict[str, dict]]:
         current = current or data.get("current-context") or None
         for section, key in (("contexts", "context"), ("clusters", "cluster"), ("users", "user")):
             for item in data.get(section) or []:
-                if isinstance(item, dict) and isinstance(item.get(key), dict) and item.get("name") \
-                        and item["name"] not in merged[section]:
-                    merged[section][item["name"]] = dict(item[key], _dir=os.path.dirname(os.path.abspath(path)))
+                value = (item.get(key) or {}) if isinstance(item, dict) else None
+                if isinstance(value, dict) and item.get("name") and item["name"] not in merged[section]:
+                    merged[section][item["name"]] = dict(value, _dir=os.path.dirname(os.path.abspath(path)))
     return current, merged
 
 
@@ -174,7 +174,7 @@ def connect(kubeconfig_paths: list[str], context: str | None, user_agent: str) -
             headers["Authorization"] = "Bearer " + fh.read().strip()
         ctx = ssl.create_default_context(cafile=os.path.join(SERVICE_ACCOUNT, "ca.crt"))
         return Connection(f"https://{f'[{host}]' if ':' in host else host}:{port}", ctx, headers)
-    current, merged = _merged(kubeconfig_paths)
+    current, merged = merged_kubeconfig(kubeconfig_paths)
     name = context or current
     if not name or name not in merged["contexts"]:
         return None  # the kubernetes client's own error names it
