@@ -133,13 +133,13 @@ class Api:
             return self.rest.host
         return self.client.configuration.host
 
-    def _read(self, path: str, fallback: Callable, *args, kind: str, name: str | None = None,
+    def _read(self, path: str, fallback: Callable, *, kind: str, name: str | None = None,
               namespace: str | None = None, resource: str | None = None, label_selector: str | None = None) -> Any:
-        """GET `path` through the light client, or `fallback(*args)` through the kubernetes
-        client where the light one cannot connect; errors translated alike."""
+        """GET `path` through the light client, or `fallback(**kwargs)` (the same read through
+        the kubernetes client) where the light one cannot connect; errors translated alike."""
         if self.rest is None:
             kwargs = {"label_selector": label_selector} if label_selector else {}
-            return self._call(fallback, *args, kind=kind, name=name, namespace=namespace, resource=resource, **kwargs)
+            return self._call(fallback, kind=kind, name=name, namespace=namespace, resource=resource, **kwargs)
         from .rest import HTTPStatusError
 
         return self._guarded(lambda: self.rest.request("GET", path, {"labelSelector": label_selector},
