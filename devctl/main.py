@@ -84,21 +84,18 @@ class DevctlGroup(click.Group):
     subcommands)."""
 
     def format_commands(self, ctx, formatter):
-        """click's list of commands, from SUMMARIES for those not imported yet: ``devctl --help``
-        imports no command module."""
+        """click's list of commands, where a command not imported yet stands in as a Command
+        with its SUMMARIES line (None: hidden): ``devctl --help`` imports no command module."""
         rows = []
         for name in self.list_commands(ctx):
-            command = self.commands.get(name)
-            if command is None and name in SUMMARIES:
-                rows.append((name, SUMMARIES[name]))
-            elif command is not None and not command.hidden:
+            command = self.commands.get(name) or click.Command(name, help=SUMMARIES[name],
+                                                               hidden=SUMMARIES[name] is None)
+            if not command.hidden:
                 rows.append((name, command))
-        rows = [(name, text) for name, text in rows if text is not None]
         if rows:
             limit = formatter.width - 6 - max(len(name) for name, _ in rows)
             with formatter.section("Commands"):
-                formatter.write_dl([(name, text.get_short_help_str(limit) if isinstance(text, click.Command)
-                                     else click.utils.make_default_short_help(text, limit)) for name, text in rows])
+                formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in rows])
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(COMMANDS))

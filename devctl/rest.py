@@ -148,17 +148,16 @@ class Connection:
 
 
 def _tls(cluster: dict) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    if cluster.get("insecure-skip-tls-verify"):
+    """The cluster's CA only when it names one, else the system's; or no verification at all."""
+    insecure = bool(cluster.get("insecure-skip-tls-verify"))
+    ca = None if insecure else _data(cluster, "certificate-authority")
+    ctx = ssl.create_default_context(cadata=ca.decode("ascii", "replace") if ca is not None else None)
+    if insecure:
         import urllib3
 
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the user asked; kubectl says nothing
-    else:
-        ca = _data(cluster, "certificate-authority")
-        if ca is not None:
-            ctx = ssl.create_default_context(cadata=ca.decode("ascii", "replace"))
     return ctx
 
 
@@ -186,9 +185,7 @@ def connect(kubeconfig_paths: list[str], context: str | None, user_agent: str) -
     server = str(cluster["server"])
     ctx = _tls(cluster) if server.startswith("https://") else None
     cert, key = _data(user, "client-certificate"), _data(user, "client-key")
-    token = user.get("token")
-    if not token and _path(user, "tokenFile"):
-        token = (_data({"tokenFile": user["tokenFile"], "_dir": user["_dir"]}, "tokenFile") or b"").decode().strip()
+    token = user.get("token") or (_data(user, "tokenFile") or b"").decode().strip()
     if isinstance(user.get("exec"), dict):
         status = _exec_credential(user["exec"])
         token = status.get("token") or token

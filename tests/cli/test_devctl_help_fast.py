@@ -61,45 +61,23 @@ LIST_PROBE = """
 import json, sys
 from devctl.main import cli
 try:
-    cli.main(["-n", "default", "list", "-o", "json"], prog_name="devctl", standalone_mode=False)
+    cli.main(["-n", sys.argv[1], "list", "-o", "json"], prog_name="devctl", standalone_mode=False)
 finally:
     print(json.dumps(sorted(m for m in sys.modules if m.startswith("kubernetes"))), file=sys.stderr)
 """
 
 
-def test_list_reads_without_the_kubernetes_client(tmp_path):
+def test_list_reads_without_the_kubernetes_client(sim, ns):
     """`devctl list` reads through devctl.rest: the kubernetes package is never imported."""
     import os
-    import pathlib
 
-    from kubesim.testing import KubeSim
+    from kubernetes import client
 
-    crd = pathlib.Path(__file__).resolve().parents[2] / "config" / "crd" / "bases" / "torchdev.io_devservers.yaml"
-    with KubeSim() as sim:
-        from kubernetes import client, config, utils
-
-        api = config.new_client_from_config(sim.kubeconfig)
-        utils.create_from_yaml(api, str(crd))
-        from kubesim.testing import wait_for
-
-        custom = client.CustomObjectsApi(api)
-        wait_for(lambda: _create(custom), 30, message="the DevServer CRD serves")
-        env = dict(os.environ, KUBECONFIG=sim.kubeconfig, DEVCTL_CONFIG=str(tmp_path / "devctl.yaml"))
-        proc = subprocess.run([sys.executable, "-c", LIST_PROBE], capture_output=True, text=True, timeout=120, env=env)
+    client.CustomObjectsApi(sim.k8s).create_namespaced_custom_object("torchdev.io", "v1alpha1", ns, "devservers", {
+        "apiVersion": "torchdev.io/v1alpha1", "kind": "DevServer", "metadata": {"name": "probe"},
+        "spec": {"flavor": "cpu-small", "owner": "probe@example.com"}})
+    env = dict(os.environ, KUBECONFIG=sim.kubeconfig)
+    proc = subprocess.run([sys.executable, "-c", LIST_PROBE, ns], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert [s["metadata"]["name"] for s in json.loads(proc.stdout)["items"]] == ["probe"]
     assert json.loads(proc.stderr.strip().splitlines()[-1]) == []
-
-
-def _create(custom) -> bool:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        custom.create_namespaced_custom_object("torchdev.io", "v1alpha1", "default", "devservers", {
-            "apiVersion": "torchdev.io/v1alpha1", "kind": "DevServer", "metadata": {"name": "probe"},
-            "spec": {"flavor": "cpu-small", "owner": "probe@example.com"}})
-    except ApiException as exc:
-        if exc.status == 409:
-            return True
-        return False
-    return True

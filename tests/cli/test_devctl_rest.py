@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import pathlib
 import ssl
 import sys
 import threading
@@ -156,39 +155,21 @@ def test_api_reads_through_it_and_translates_a_404(server, tmp_path):
     assert api.host == server["url"]
 
 
-def test_the_kubernetes_client_path_reads_the_same(tmp_path):
+def test_the_kubernetes_client_path_reads_the_same(sim):
     """Where devctl.rest gives way (Api.rest None: auth-provider, proxy-url), the same reads go
     through the kubernetes client: a list with a selector, a get, a 404, against kubesim."""
-    from kubesim.testing import KubeSim
+    from kubernetes import client
 
-    with KubeSim() as sim:
-        light, heavy = Api(sim.kubeconfig), Api(sim.kubeconfig)
-        heavy.__dict__["rest"] = None
-        crd = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2] / "config" / "crd" / "bases"
-                              / "torchdev.io_devserverflavors.yaml").read_text())
-        from kubernetes import client
-
-        client.ApiextensionsV1Api(heavy.client).create_custom_resource_definition(crd)
-        from kubesim.testing import wait_for
-
-        flavor = {"apiVersion": "torchdev.io/v1alpha1", "kind": "DevServerFlavor",
-                  "metadata": {"name": "small", "labels": {"tier": "cpu"}},
-                  "spec": {"displayName": "small", "resources": {"cpu": "1", "memory": "1Gi"}}}
-        wait_for(lambda: _created(heavy, flavor), 30, message="the flavor CRD serves")
-        for api in (light, heavy):
-            assert [f["metadata"]["name"] for f in api.list_flavors(selector="tier=cpu")] == ["small"]
-            assert api.list_flavors(selector="tier=gpu") == []
-            assert api.get_flavor("small")["metadata"]["labels"] == {"tier": "cpu"}
-            with pytest.raises(NotFound):
-                api.get_flavor("missing")
-        assert "rest" in light.__dict__ and light.rest is not None
-
-
-def _created(api: Api, body: dict) -> bool:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        api.custom.create_cluster_custom_object("torchdev.io", "v1alpha1", "devserverflavors", body)
-    except ApiException as exc:
-        return exc.status == 409
-    return True
+    light, heavy = Api(sim.kubeconfig), Api(sim.kubeconfig)
+    heavy.__dict__["rest"] = None
+    client.CustomObjectsApi(sim.k8s).create_cluster_custom_object("torchdev.io", "v1alpha1", "devserverflavors", {
+        "apiVersion": "torchdev.io/v1alpha1", "kind": "DevServerFlavor",
+        "metadata": {"name": "small", "labels": {"tier": "cpu"}},
+        "spec": {"displayName": "small", "resources": {"cpu": "1", "memory": "1Gi"}}})
+    for api in (light, heavy):
+        assert [f["metadata"]["name"] for f in api.list_flavors(selector="tier=cpu")] == ["small"]
+        assert api.list_flavors(selector="tier=gpu") == []
+        assert api.get_flavor("small")["metadata"]["labels"] == {"tier": "cpu"}
+        with pytest.raises(NotFound):
+            api.get_flavor("missing")
+    assert light.rest is not None
